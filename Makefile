@@ -14,7 +14,8 @@ WARN := -Wall -Wextra -Werror=implicit-function-declaration -Werror=format-secur
         -Wshadow -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral -Wstrict-prototypes \
         -Wno-unused-parameter
 CFLAGS ?= -O2 -g
-CFLAGS += -std=gnu11 $(WARN) -Isrc/lib -D_GNU_SOURCE -fno-strict-aliasing
+VERSION := 0.1.0
+CFLAGS += -std=gnu11 $(WARN) -Isrc/lib -D_GNU_SOURCE -fno-strict-aliasing -DHUTCH_VERSION=\"$(VERSION)\"
 ifeq ($(SAN),1)
 CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined

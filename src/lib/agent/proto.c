@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 #include "agent/proto.h"
 
 #include <errno.h>

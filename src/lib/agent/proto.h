@@ -96,7 +96,7 @@ void hutch_tlv_put_str(struct hutch_buf *b, uint8_t tag, const char *s);
 void hutch_tlv_put_u32(struct hutch_buf *b, uint8_t tag, uint32_t v);
 void hutch_tlv_put_i32(struct hutch_buf *b, uint8_t tag, int32_t v);
 
-/* Iterator over a TLV payload.  hutch_tlv_next returns 1 with *tag/*val/*len
+/* Iterator over a TLV payload.  hutch_tlv_next returns 1 with tag, val and len
  * set, 0 at the clean end, -1 on a truncated or malformed field. */
 struct hutch_tlv_iter {
   const unsigned char *p;

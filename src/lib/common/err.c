@@ -43,7 +43,7 @@ int hutch_err_wrap(hutch_err *err, const char *fmt, ...) {
   va_end(ap);
   char old[HUTCH_ERR_MSG_MAX];
   memcpy(old, err->msg, sizeof old);
-  snprintf(err->msg, sizeof err->msg, "%s: %s", ctx, old);
+  snprintf(err->msg, sizeof err->msg, "%.500s: %.1500s", ctx, old);
   if (!err->status) {
     err->status = 500;
     set_code(err, "internal");

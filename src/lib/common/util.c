@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 #include "common/util.h"
 
 #include <dirent.h>
@@ -158,19 +157,19 @@ int mkdir_p(const char *path, mode_t mode, hutch_err *err) {
   return 0;
 }
 
-static int rm_rf_at(int dirfd, const char *name, dev_t dev, hutch_err *err) {
+static int rm_rf_at(int dfd, const char *name, dev_t dev, hutch_err *err) {
   struct stat st;
-  if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+  if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
     if (errno == ENOENT) return 0;
     return hutch_err_sys(err, errno, "stat `%s`", name);
   }
   if (!S_ISDIR(st.st_mode)) {
-    if (unlinkat(dirfd, name, 0) < 0 && errno != ENOENT)
+    if (unlinkat(dfd, name, 0) < 0 && errno != ENOENT)
       return hutch_err_sys(err, errno, "unlink `%s`", name);
     return 0;
   }
   if (st.st_dev != dev) return hutch_err_sys(err, EBUSY, "refusing to cross mount point at `%s`", name);
-  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return hutch_err_sys(err, errno, "open `%s`", name);
   DIR *d = fdopendir(fd);
   if (!d) {
@@ -188,7 +187,7 @@ static int rm_rf_at(int dirfd, const char *name, dev_t dev, hutch_err *err) {
     }
   }
   closedir(d);
-  if (ret == 0 && unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+  if (ret == 0 && unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
     return hutch_err_sys(err, errno, "rmdir `%s`", name);
   return ret;
 }
@@ -223,6 +222,7 @@ static int copy_file(int sdir, int ddir, const char *name, const struct stat *st
     if (r == 0) break;
     left -= r;
   }
+  if (fchown(out, st->st_uid, st->st_gid) < 0) return hutch_err_sys(err, errno, "chown `%s`", name);
   if (fchmod(out, st->st_mode & 07777) < 0) return hutch_err_sys(err, errno, "chmod `%s`", name);
   return 0;
 }
@@ -254,6 +254,7 @@ static int copy_tree_at(int sdir, int ddir, hutch_err *err) {
       cleanup_close int d2 = openat(ddir, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (s2 < 0 || d2 < 0) ret = hutch_err_sys(err, errno, "open `%s`", n);
       else if (copy_tree_at(s2, d2, err) < 0) ret = hutch_err_wrap(err, "%s", n);
+      else if (fchown(d2, st.st_uid, st.st_gid) < 0) ret = hutch_err_sys(err, errno, "chown `%s`", n);
       else if (fchmod(d2, st.st_mode & 07777) < 0) ret = hutch_err_sys(err, errno, "chmod `%s`", n);
     } else if (S_ISLNK(st.st_mode)) {
       char target[4096];
@@ -263,6 +264,8 @@ static int copy_tree_at(int sdir, int ddir, hutch_err *err) {
       } else {
         target[l] = 0;
         if (symlinkat(target, ddir, n) < 0) ret = hutch_err_sys(err, errno, "symlink `%s`", n);
+        else if (fchownat(ddir, n, st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW) < 0)
+          ret = hutch_err_sys(err, errno, "chown `%s`", n);
       }
     } else if (S_ISREG(st.st_mode)) {
       ret = copy_file(sdir, ddir, n, &st, err);

@@ -1,0 +1,576 @@
+/* Command-line parsing for the `hutch` CLI; see args.h. */
+#include "args.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+/* Client-side bound on integer options: keeps them well inside json_int_t.
+ * The real ranges are hutchd's to enforce (docs/api.md), so that they live
+ * in one place. */
+#define HUTCH_ARG_INT_MAX 1000000000000LL
+
+enum {
+  K_HELP = HUTCH_ARG_POSITIONAL + 1,
+  K_JSON,
+  K_SOCKET,
+  K_URL,
+  K_API_KEY,
+  K_VERSION,
+  K_TEMPLATE,
+  K_RUNTIME,
+  K_CPUS,
+  K_MEMORY,
+  K_PIDS,
+  K_ENV,
+  K_LABEL,
+  K_TIMEOUT,
+  K_NO_WAIT,
+  K_CWD,
+  K_SH,
+  K_STATE,
+  K_NAME,
+};
+
+#define OPT_HELP \
+  { "help", 'h', false, K_HELP }
+#define OPT_JSON \
+  { "json", 0, false, K_JSON }
+#define OPT_END \
+  { NULL, 0, false, 0 }
+#define CREATE_OPTS                                                                              \
+  {"template", 0, true, K_TEMPLATE}, {"runtime", 0, true, K_RUNTIME}, {"cpus", 0, true, K_CPUS}, \
+      {"memory", 0, true, K_MEMORY}, {"pids", 0, true, K_PIDS}, {                                \
+    "label", 0, true, K_LABEL                                                                    \
+  }
+#define EXEC_OPTS                                                                      \
+  {"env", 0, true, K_ENV}, {"cwd", 0, true, K_CWD}, {"timeout", 0, true, K_TIMEOUT}, { \
+    "sh", 0, false, K_SH                                                               \
+  }
+
+void hutch_argp_init(hutch_argp *p, int argc, char **argv, const hutch_opt *opts,
+                     int max_positional) {
+  memset(p, 0, sizeof *p);
+  p->argc = argc;
+  p->argv = argv;
+  p->opts = opts;
+  p->max_positional = max_positional;
+  p->i = 1;
+}
+
+int hutch_argp_next(hutch_argp *p, hutch_err *err) {
+  p->arg = NULL;
+  for (;;) {
+    if (p->done || p->i >= p->argc) {
+      p->done = true;
+      return HUTCH_ARG_END;
+    }
+    const char *w = p->argv[p->i];
+    if (!p->only_positional && strcmp(w, "--") == 0) {
+      p->i++;
+      if (p->max_positional >= 0) {
+        p->done = true;
+        return HUTCH_ARG_END;
+      }
+      p->only_positional = true;
+      continue;
+    }
+    if (p->only_positional || w[0] != '-' || w[1] == '\0') {
+      if (p->max_positional >= 0 && p->npos >= p->max_positional) {
+        p->done = true;
+        return HUTCH_ARG_END;
+      }
+      p->npos++;
+      p->i++;
+      p->arg = w;
+      return HUTCH_ARG_POSITIONAL;
+    }
+    break;
+  }
+
+  const char *w = p->argv[p->i++];
+  const hutch_opt *o;
+  const char *inline_val = NULL;
+  if (w[1] == '-') {
+    const char *name = w + 2;
+    const char *eq = strchr(name, '=');
+    size_t n = eq ? (size_t)(eq - name) : strlen(name);
+    for (o = p->opts; o->name; o++)
+      if (strlen(o->name) == n && strncmp(o->name, name, n) == 0) break;
+    if (!o->name) return hutch_err_invalid(err, "unknown option `--%.*s`", (int)n, name);
+    if (eq && !o->has_arg) return hutch_err_invalid(err, "option `--%s` takes no value", o->name);
+    if (eq) inline_val = eq + 1;
+  } else {
+    for (o = p->opts; o->name; o++)
+      if (o->short_name && o->short_name == w[1]) break;
+    if (!o->name) return hutch_err_invalid(err, "unknown option `-%c`", w[1]);
+    if (w[2] && !o->has_arg) return hutch_err_invalid(err, "unknown option `%s`", w);
+    if (w[2]) inline_val = w + 2;
+  }
+  if (o->has_arg) {
+    if (inline_val)
+      p->arg = inline_val;
+    else if (p->i < p->argc)
+      p->arg = p->argv[p->i++];
+    else
+      return hutch_err_invalid(err, "option `--%s` needs a value", o->name);
+  }
+  return o->key;
+}
+
+/* json_string() refuses invalid UTF-8 (NULL); say which argument it was. */
+static json_t *utf8_string(const char *what, const char *s, hutch_err *err) {
+  json_t *j = json_string(s);
+  if (!j) hutch_err_invalid(err, "%s: not valid UTF-8", what);
+  return j;
+}
+
+static int check_kv(const char *opt, const char *s, size_t *keylen, hutch_err *err) {
+  const char *eq = strchr(s, '=');
+  if (!eq) return hutch_err_invalid(err, "--%s `%s`: expected KEY=VALUE", opt, s);
+  if (eq == s) return hutch_err_invalid(err, "--%s `%s`: empty key", opt, s);
+  *keylen = (size_t)(eq - s);
+  return 0;
+}
+
+int hutch_parse_kv(const char *opt, const char *s, json_t *obj, hutch_err *err) {
+  size_t klen;
+  if (check_kv(opt, s, &klen, err) < 0) return -1;
+  cleanup_free char *key = xstrndup(s, klen);
+  json_t *v = json_string(s + klen + 1);
+  /* json_object_set_new() checks the key's UTF-8 and drops v on failure. */
+  if (!v || json_object_set_new(obj, key, v) < 0)
+    return hutch_err_invalid(err, "--%s `%s`: not valid UTF-8", opt, s);
+  return 0;
+}
+
+int hutch_parse_int(const char *opt, const char *s, long long max, long long *out, hutch_err *err) {
+  uint64_t v = 0;
+  if (parse_u64(s, (uint64_t)max, &v) < 0)
+    return hutch_err_invalid(err, "--%s `%s`: expected a whole number from 0 to %lld", opt, s, max);
+  *out = (long long)v;
+  return 0;
+}
+
+int hutch_parse_number(const char *opt, const char *s, double *out, hutch_err *err) {
+  /* digits, optionally one '.' followed by digits: strtod alone would also
+   * take "inf", "0x10", "1e9" and leading blanks. */
+  size_t int_digits = strspn(s, "0123456789");
+  const char *rest = s + int_digits;
+  size_t frac_digits = 0;
+  bool dot = *rest == '.';
+  if (dot) {
+    frac_digits = strspn(rest + 1, "0123456789");
+    rest += 1 + frac_digits;
+  }
+  double v = 0;
+  if (*rest || (dot && frac_digits == 0) || int_digits + frac_digits == 0 || int_digits > 15 ||
+      (v = strtod(s, NULL), !isfinite(v)) || v <= 0)
+    return hutch_err_invalid(err, "--%s `%s`: expected a positive number such as 2 or 0.5", opt, s);
+  *out = v;
+  return 0;
+}
+
+char *hutch_url_escape(const char *s, const char *keep) {
+  static const char hex[] = "0123456789ABCDEF";
+  size_t n = strlen(s);
+  char *out = xmalloc(3 * n + 1), *o = out;
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if ((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
+        strchr("-._~", *c) || (keep && strchr(keep, *c))) {
+      *o++ = (char)*c;
+    } else {
+      *o++ = '%';
+      *o++ = hex[*c >> 4];
+      *o++ = hex[*c & 15];
+    }
+  }
+  *o = '\0';
+  return out;
+}
+
+static int nonempty(const char *opt, const char *s, hutch_err *err) {
+  if (!*s) return hutch_err_invalid(err, "--%s: must not be empty", opt);
+  return 0;
+}
+
+static json_t *sub_object(json_t *body, const char *name) {
+  json_t *o = json_object_get(body, name);
+  if (!o) {
+    o = json_object();
+    json_object_set_new(body, name, o);
+  }
+  return o;
+}
+
+static int set_string(json_t *obj, const char *field, const char *opt, const char *s,
+                      hutch_err *err) {
+  if (nonempty(opt, s, err) < 0) return -1;
+  cleanup_free char *what = xasprintf("--%s", opt);
+  json_t *v = utf8_string(what, s, err);
+  if (!v) return -1;
+  json_object_set_new(obj, field, v);
+  return 0;
+}
+
+static int set_int(json_t *obj, const char *field, const char *opt, const char *s, hutch_err *err) {
+  long long v = 0;
+  if (hutch_parse_int(opt, s, HUTCH_ARG_INT_MAX, &v, err) < 0) return -1;
+  json_object_set_new(obj, field, json_integer(v));
+  return 0;
+}
+
+/* A create option into the POST /v1/sandboxes body.  Returns 1 when `key`
+ * is one, 0 when it is not, -1 on a bad value. */
+static int create_opt(json_t *body, int key, const char *arg, hutch_err *err) {
+  switch (key) {
+    case K_TEMPLATE: return set_string(body, "template", "template", arg, err) < 0 ? -1 : 1;
+    case K_RUNTIME: return set_string(body, "runtime", "runtime", arg, err) < 0 ? -1 : 1;
+    case K_CPUS: {
+      double v;
+      if (hutch_parse_number("cpus", arg, &v, err) < 0) return -1;
+      /* Whole numbers go out as JSON integers ("cpus": 2), the form
+       * docs/api.md shows. */
+      json_t *j = v == floor(v) ? json_integer((json_int_t)v) : json_real(v);
+      json_object_set_new(sub_object(body, "resources"), "cpus", j);
+      return 1;
+    }
+    case K_MEMORY:
+      return set_int(sub_object(body, "resources"), "memory_mib", "memory", arg, err) < 0 ? -1 : 1;
+    case K_PIDS:
+      return set_int(sub_object(body, "resources"), "pids", "pids", arg, err) < 0 ? -1 : 1;
+    case K_LABEL: return hutch_parse_kv("label", arg, sub_object(body, "labels"), err) < 0 ? -1 : 1;
+    default: return 0;
+  }
+}
+
+/* An exec option into the POST .../exec body; same returns as create_opt. */
+static int exec_opt(json_t *body, int key, const char *arg, hutch_err *err) {
+  switch (key) {
+    case K_ENV: return hutch_parse_kv("env", arg, sub_object(body, "env"), err) < 0 ? -1 : 1;
+    case K_CWD: return set_string(body, "cwd", "cwd", arg, err) < 0 ? -1 : 1;
+    case K_TIMEOUT: return set_int(body, "timeout_s", "timeout", arg, err) < 0 ? -1 : 1;
+    default: return 0;
+  }
+}
+
+/* The command line: {"argv": [...]} or, with --sh, {"cmd": "..."}. */
+static int set_command(json_t *body, bool sh, int n, char **words, hutch_err *err) {
+  if (n == 0) return hutch_err_invalid(err, "missing command (after `--`)");
+  if (sh) {
+    if (n != 1)
+      return hutch_err_invalid(err, "--sh takes the command as one argument (quote it), got %d", n);
+    json_t *cmd = utf8_string("command", words[0], err);
+    if (!cmd) return -1;
+    json_object_set_new(body, "cmd", cmd);
+    return 0;
+  }
+  json_t *arr = json_array();
+  for (int i = 0; i < n; i++) {
+    cleanup_free char *what = xasprintf("command argument %d", i + 1);
+    json_t *s = utf8_string(what, words[i], err);
+    if (!s) {
+      json_decref(arr);
+      return -1;
+    }
+    json_array_append_new(arr, s);
+  }
+  json_object_set_new(body, "argv", arr);
+  return 0;
+}
+
+int hutch_parse_global_args(int argc, char **argv, hutch_global_args *g, hutch_err *err) {
+  static const hutch_opt opts[] = {
+      {"socket", 0, true, K_SOCKET},
+      {"url", 0, true, K_URL},
+      {"api-key", 0, true, K_API_KEY},
+      {"version", 0, false, K_VERSION},
+      OPT_JSON,
+      OPT_HELP,
+      OPT_END,
+  };
+  memset(g, 0, sizeof *g);
+  hutch_argp p;
+  hutch_argp_init(&p, argc, argv, opts, 0);
+  int k;
+  while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
+    switch (k) {
+      case K_SOCKET:
+        if (nonempty("socket", p.arg, err) < 0) return -1;
+        g->socket = p.arg;
+        break;
+      case K_URL:
+        if (nonempty("url", p.arg, err) < 0) return -1;
+        g->url = p.arg;
+        break;
+      case K_API_KEY:
+        if (nonempty("api-key", p.arg, err) < 0) return -1;
+        g->api_key = p.arg;
+        break;
+      case K_VERSION: g->version = true; break;
+      case K_JSON: g->json = true; break;
+      case K_HELP: g->help = true; break;
+    }
+  }
+  if (k < 0) return -1;
+  if (g->socket && g->url) return hutch_err_invalid(err, "--socket and --url exclude each other");
+  g->cmd_index = p.i;
+  return 0;
+}
+
+int hutch_parse_create_args(int argc, char **argv, hutch_create_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {
+      CREATE_OPTS,
+      {"env", 0, true, K_ENV},
+      {"timeout", 0, true, K_TIMEOUT},
+      {"no-wait", 0, false, K_NO_WAIT},
+      OPT_JSON,
+      OPT_HELP,
+      OPT_END,
+  };
+  memset(a, 0, sizeof *a);
+  a->body = json_object();
+  a->wait = true;
+  hutch_argp p;
+  hutch_argp_init(&p, argc, argv, opts, -1);
+  int k;
+  while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
+    switch (k) {
+      case HUTCH_ARG_POSITIONAL: return hutch_err_invalid(err, "unexpected argument `%s`", p.arg);
+      case K_HELP: a->help = true; return 0;
+      case K_JSON: a->json = true; break;
+      case K_NO_WAIT: a->wait = false; break;
+      case K_ENV:
+        if (hutch_parse_kv("env", p.arg, sub_object(a->body, "env"), err) < 0) return -1;
+        break;
+      case K_TIMEOUT:
+        if (set_int(a->body, "timeout_s", "timeout", p.arg, err) < 0) return -1;
+        break;
+      default:
+        if (create_opt(a->body, k, p.arg, err) < 0) return -1;
+    }
+  }
+  return k < 0 ? -1 : 0;
+}
+
+void hutch_create_args_free(hutch_create_args *a) {
+  json_decref(a->body);
+  a->body = NULL;
+}
+
+int hutch_parse_exec_args(int argc, char **argv, hutch_exec_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {EXEC_OPTS, OPT_JSON, OPT_HELP, OPT_END};
+  memset(a, 0, sizeof *a);
+  a->body = json_object();
+  bool sh = false;
+  hutch_argp p;
+  /* Options may come before and after the ID; the next word starts the
+   * command line. */
+  hutch_argp_init(&p, argc, argv, opts, 1);
+  int k;
+  while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
+    switch (k) {
+      case HUTCH_ARG_POSITIONAL: a->id = p.arg; break;
+      case K_HELP: a->help = true; return 0;
+      case K_JSON: a->json = true; break;
+      case K_SH: sh = true; break;
+      default:
+        if (exec_opt(a->body, k, p.arg, err) < 0) return -1;
+    }
+  }
+  if (k < 0) return -1;
+  if (!a->id && p.i < argc) a->id = argv[p.i++];
+  if (!a->id) return hutch_err_invalid(err, "missing sandbox ID");
+  if (!*a->id) return hutch_err_invalid(err, "empty sandbox ID");
+  return set_command(a->body, sh, argc - p.i, argv + p.i, err);
+}
+
+void hutch_exec_args_free(hutch_exec_args *a) {
+  json_decref(a->body);
+  a->body = NULL;
+}
+
+int hutch_parse_run_args(int argc, char **argv, hutch_run_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {CREATE_OPTS, EXEC_OPTS, OPT_JSON, OPT_HELP, OPT_END};
+  memset(a, 0, sizeof *a);
+  a->create = json_object();
+  a->exec = json_object();
+  bool sh = false;
+  hutch_argp p;
+  hutch_argp_init(&p, argc, argv, opts, 0);
+  int k;
+  while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
+    switch (k) {
+      case K_HELP: a->help = true; return 0;
+      case K_JSON: a->json = true; break;
+      case K_SH: sh = true; break;
+      case K_TIMEOUT: {
+        long long t = 0;
+        if (hutch_parse_int("timeout", p.arg, HUTCH_ARG_INT_MAX, &t, err) < 0) return -1;
+        json_object_set_new(a->exec, "timeout_s", json_integer(t));
+        json_object_set_new(a->create, "timeout_s", json_integer(t + HUTCH_RUN_TIMEOUT_GRACE_S));
+        break;
+      }
+      default: {
+        int r = create_opt(a->create, k, p.arg, err);
+        if (r == 0) r = exec_opt(a->exec, k, p.arg, err);
+        if (r < 0) return -1;
+      }
+    }
+  }
+  if (k < 0) return -1;
+  return set_command(a->exec, sh, argc - p.i, argv + p.i, err);
+}
+
+void hutch_run_args_free(hutch_run_args *a) {
+  json_decref(a->create);
+  json_decref(a->exec);
+  a->create = a->exec = NULL;
+}
+
+static void query_add(char **query, const char *name, const char *value) {
+  cleanup_free char *old = *query;
+  cleanup_free char *v = hutch_url_escape(value, "=/");
+  *query = xasprintf("%s%c%s=%s", old, *old ? '&' : '?', name, v);
+}
+
+int hutch_parse_ls_args(int argc, char **argv, hutch_ls_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {
+      {"label", 0, true, K_LABEL}, {"state", 0, true, K_STATE}, OPT_JSON, OPT_HELP, OPT_END,
+  };
+  memset(a, 0, sizeof *a);
+  a->query = xstrdup("");
+  hutch_argp p;
+  hutch_argp_init(&p, argc, argv, opts, -1);
+  int k;
+  while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
+    size_t klen;
+    switch (k) {
+      case HUTCH_ARG_POSITIONAL: return hutch_err_invalid(err, "unexpected argument `%s`", p.arg);
+      case K_HELP: a->help = true; return 0;
+      case K_JSON: a->json = true; break;
+      case K_LABEL:
+        if (check_kv("label", p.arg, &klen, err) < 0) return -1;
+        query_add(&a->query, "label", p.arg);
+        break;
+      case K_STATE:
+        if (nonempty("state", p.arg, err) < 0) return -1;
+        query_add(&a->query, "state", p.arg);
+        break;
+    }
+  }
+  return k < 0 ? -1 : 0;
+}
+
+void hutch_ls_args_free(hutch_ls_args *a) {
+  free(a->query);
+  a->query = NULL;
+}
+
+static int parse_ids(int argc, char **argv, const hutch_opt *opts, hutch_ids_args *a,
+                     hutch_err *err) {
+  memset(a, 0, sizeof *a);
+  a->ids = xcalloc((size_t)argc, sizeof *a->ids);
+  a->wait = true;
+  hutch_argp p;
+  hutch_argp_init(&p, argc, argv, opts, -1);
+  int k;
+  while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
+    switch (k) {
+      case HUTCH_ARG_POSITIONAL:
+        if (!*p.arg) return hutch_err_invalid(err, "empty sandbox ID");
+        a->ids[a->nids++] = p.arg;
+        break;
+      case K_HELP: a->help = true; return 0;
+      case K_JSON: a->json = true; break;
+      case K_NO_WAIT: a->wait = false; break;
+    }
+  }
+  if (k < 0) return -1;
+  if (a->nids == 0) return hutch_err_invalid(err, "missing sandbox ID");
+  return 0;
+}
+
+int hutch_parse_get_args(int argc, char **argv, hutch_ids_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {OPT_JSON, OPT_HELP, OPT_END};
+  if (parse_ids(argc, argv, opts, a, err) < 0) return -1;
+  if (!a->help && a->nids > 1)
+    return hutch_err_invalid(err, "unexpected argument `%s` (get takes one ID)", a->ids[1]);
+  return 0;
+}
+
+int hutch_parse_rm_args(int argc, char **argv, hutch_ids_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {{"no-wait", 0, false, K_NO_WAIT}, OPT_JSON, OPT_HELP, OPT_END};
+  return parse_ids(argc, argv, opts, a, err);
+}
+
+void hutch_ids_args_free(hutch_ids_args *a) {
+  free(a->ids);
+  a->ids = NULL;
+}
+
+int hutch_parse_admin_args(int argc, char **argv, hutch_admin_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {{"name", 0, true, K_NAME}, OPT_JSON, OPT_HELP, OPT_END};
+  memset(a, 0, sizeof *a);
+  const char *words[3] = {NULL, NULL, NULL};
+  int nwords = 0;
+  hutch_argp p;
+  hutch_argp_init(&p, argc, argv, opts, -1);
+  int k;
+  while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
+    switch (k) {
+      case HUTCH_ARG_POSITIONAL:
+        if (nwords == 3) return hutch_err_invalid(err, "unexpected argument `%s`", p.arg);
+        words[nwords++] = p.arg;
+        break;
+      case K_HELP: a->help = true; return 0;
+      case K_JSON: a->json = true; break;
+      case K_NAME:
+        if (nonempty("name", p.arg, err) < 0) return -1;
+        a->name = p.arg;
+        break;
+    }
+  }
+  if (k < 0) return -1;
+  if (nwords == 0) return hutch_err_invalid(err, "missing admin command (key)");
+  if (strcmp(words[0], "key") != 0 && strcmp(words[0], "keys") != 0)
+    return hutch_err_invalid(err, "unknown admin command `%s`", words[0]);
+  if (nwords == 1) return hutch_err_invalid(err, "missing action (create, ls or rm)");
+  int want_words = 2;
+  if (strcmp(words[1], "create") == 0) {
+    a->action = HUTCH_KEY_CREATE;
+  } else if (strcmp(words[1], "ls") == 0 || strcmp(words[1], "list") == 0) {
+    a->action = HUTCH_KEY_LS;
+  } else if (strcmp(words[1], "rm") == 0 || strcmp(words[1], "delete") == 0) {
+    a->action = HUTCH_KEY_RM;
+    want_words = 3;
+    if (nwords < 3) return hutch_err_invalid(err, "missing key ID");
+    if (!*words[2]) return hutch_err_invalid(err, "empty key ID");
+    a->id = words[2];
+  } else {
+    return hutch_err_invalid(err, "unknown action `%s` (create, ls or rm)", words[1]);
+  }
+  if (nwords > want_words)
+    return hutch_err_invalid(err, "unexpected argument `%s`", words[want_words]);
+  if (a->name && a->action != HUTCH_KEY_CREATE)
+    return hutch_err_invalid(err, "--name applies only to `key create`");
+  return 0;
+}
+
+int hutch_parse_plain_args(int argc, char **argv, hutch_plain_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {OPT_JSON, OPT_HELP, OPT_END};
+  memset(a, 0, sizeof *a);
+  hutch_argp p;
+  hutch_argp_init(&p, argc, argv, opts, -1);
+  int k;
+  while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
+    switch (k) {
+      case HUTCH_ARG_POSITIONAL: return hutch_err_invalid(err, "unexpected argument `%s`", p.arg);
+      case K_HELP: a->help = true; return 0;
+      case K_JSON: a->json = true; break;
+    }
+  }
+  return k < 0 ? -1 : 0;
+}

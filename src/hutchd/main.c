@@ -1,0 +1,128 @@
+/* hutchd: the hutch daemon.  Thin: options, then the library does the work
+ * (lifecycle/daemon.c for state and operations, api/ for HTTP). */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "lifecycle/daemon.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: hutchd [OPTIONS]\n"
+          "  --data-dir DIR      state, templates, sandboxes (default /var/lib/hutch)\n"
+          "  --socket PATH       API unix socket (default /run/hutch/hutchd.sock)\n"
+          "  --listen HOST:PORT  also listen on TCP (requires API keys)\n"
+          "  --run-dir DIR       shim sockets (default /run/hutch/<instance>)\n"
+          "  --uid-lock-dir DIR  host-wide uid range claims (default /run/hutch/uids)\n"
+          "  --libexec-dir DIR   where hutch-shim and hutch-init are (default: next to hutchd)\n"
+          "  --workers N         lifecycle worker threads (default 4)\n"
+          "  --max-body BYTES    request body limit (default 1048576)\n"
+          "  --log-level LEVEL   debug|info|warn|error (default info)\n"
+          "  --version\n");
+}
+
+static char *self_dir(void) {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return xstrdup(".");
+  buf[n] = 0;
+  char *slash = strrchr(buf, '/');
+  if (slash) *slash = 0;
+  return xstrdup(buf);
+}
+
+int main(int argc, char **argv) {
+  struct hutch_ctx ctx;
+  memset(&ctx, 0, sizeof ctx);
+  hutch_config_defaults(&ctx.cfg);
+  static const struct option opts[] = {
+      {"data-dir", required_argument, NULL, 'd'},   {"socket", required_argument, NULL, 's'},
+      {"listen", required_argument, NULL, 'l'},     {"run-dir", required_argument, NULL, 'r'},
+      {"uid-lock-dir", required_argument, NULL, 'u'}, {"libexec-dir", required_argument, NULL, 'x'},
+      {"workers", required_argument, NULL, 'w'},    {"max-body", required_argument, NULL, 'b'},
+      {"log-level", required_argument, NULL, 'L'},  {"version", no_argument, NULL, 'V'},
+      {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
+  };
+  int o;
+  uint64_t n;
+  while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (o) {
+      case 'd': free(ctx.cfg.data_dir), ctx.cfg.data_dir = xstrdup(optarg); break;
+      case 's': free(ctx.cfg.socket_path), ctx.cfg.socket_path = xstrdup(optarg); break;
+      case 'l': free(ctx.cfg.listen_addr), ctx.cfg.listen_addr = xstrdup(optarg); break;
+      case 'r': free(ctx.cfg.run_dir), ctx.cfg.run_dir = xstrdup(optarg); break;
+      case 'u': free(ctx.cfg.uid_lock_dir), ctx.cfg.uid_lock_dir = xstrdup(optarg); break;
+      case 'x': free(ctx.cfg.libexec_dir), ctx.cfg.libexec_dir = xstrdup(optarg); break;
+      case 'w':
+        if (parse_u64(optarg, 64, &n) < 0 || n == 0) return fprintf(stderr, "hutchd: --workers: 1..64\n"), 2;
+        ctx.cfg.workers = (int)n;
+        break;
+      case 'b':
+        if (parse_u64(optarg, 1u << 30, &n) < 0 || n < 1024) return fprintf(stderr, "hutchd: --max-body: 1024..1GiB\n"), 2;
+        ctx.cfg.max_body = (size_t)n;
+        break;
+      case 'L':
+        if (!strcmp(optarg, "debug")) hutch_log_set_level(LOG_DEBUG);
+        else if (!strcmp(optarg, "info")) hutch_log_set_level(LOG_INFO);
+        else if (!strcmp(optarg, "warn")) hutch_log_set_level(LOG_WARN);
+        else if (!strcmp(optarg, "error")) hutch_log_set_level(LOG_ERROR);
+        else return fprintf(stderr, "hutchd: --log-level: debug|info|warn|error\n"), 2;
+        break;
+      case 'V': printf("hutchd %s\n", HUTCH_VERSION); return 0;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) {
+    usage(stderr);
+    return 2;
+  }
+  if (!ctx.cfg.libexec_dir) ctx.cfg.libexec_dir = self_dir();
+  hutch_log_set_component("hutchd");
+  if (geteuid() != 0) {
+    fprintf(stderr, "hutchd: must run as root (it creates namespaces, cgroups and idmapped mounts)\n");
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  /* SIGTERM/SIGINT are taken synchronously by the main thread below. */
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &mask, NULL);
+
+  hutch_err err = HUTCH_ERR_INIT;
+  if (hutch_ctx_start(&ctx, &err) < 0) {
+    hutch_log(LOG_ERROR, "hutchd.start_failed", "reason", err.msg, NULL);
+    return 1;
+  }
+  struct hutch_server *srv = NULL;
+  if (hutch_server_start(&ctx, &srv, &err) < 0) {
+    hutch_log(LOG_ERROR, "hutchd.start_failed", "reason", err.msg, NULL);
+    hutch_ctx_stop(&ctx);
+    return 1;
+  }
+  hutch_log(LOG_INFO, "hutchd.ready", "version", HUTCH_VERSION, "socket", ctx.cfg.socket_path, "listen",
+            ctx.cfg.listen_addr ? ctx.cfg.listen_addr : "", "data_dir", ctx.cfg.data_dir, "instance", ctx.instance,
+            "cgroup", ctx.cgroup_version, NULL);
+  int sig = 0;
+  while (sigwait(&mask, &sig) == 0 && sig == SIGHUP) {
+  }
+  char s[8];
+  snprintf(s, sizeof s, "%d", sig);
+  hutch_log(LOG_INFO, "hutchd.stopping", "signal", s, NULL);
+  hutch_server_stop(srv);
+  hutch_ctx_stop(&ctx);
+  hutch_config_free(&ctx.cfg);
+  hutch_log(LOG_INFO, "hutchd.stopped", NULL);
+  return 0;
+}

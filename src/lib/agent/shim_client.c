@@ -1,0 +1,276 @@
+#include "agent/shim_client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/proto.h"
+#include "common/util.h"
+
+int hutch_shim_launch(const struct hutch_shim_launch *l, pid_t *shim_pid, pid_t *init_pid, hutch_err *err) {
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) < 0) return hutch_err_sys(err, errno, "pipe");
+  cleanup_close int logfd = open(l->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (logfd < 0) {
+    close(pfd[0]);
+    close(pfd[1]);
+    return hutch_err_sys(err, errno, "open shim log `%s`", l->log_path);
+  }
+  /* Everything the child needs is prepared before fork: after it, only
+   * async-signal-safe calls (hutchd is multi-threaded). */
+  char *const argv[] = {(char *)"hutch-shim", (char *)"--config", (char *)l->config_path, (char *)"--socket",
+                        (char *)l->socket_path, (char *)"--ready-fd", (char *)"3", NULL};
+  const char *fault = getenv("HUTCH_FAULT");
+  char fault_env[256];
+  snprintf(fault_env, sizeof fault_env, "HUTCH_FAULT=%s", fault ? fault : "");
+  char *const envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", fault ? fault_env : NULL, NULL};
+  pid_t child = fork();
+  if (child < 0) {
+    int e = errno;
+    close(pfd[0]);
+    close(pfd[1]);
+    return hutch_err_sys(err, e, "fork shim");
+  }
+  if (child == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setsid();
+    pid_t g = fork();
+    if (g != 0) _exit(g < 0 ? 1 : 0);
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0 || dup2(pfd[1], 3) < 0)
+      _exit(1);
+    syscall(SYS_close_range, 4, ~0u, 0);
+    execve(l->shim_path, argv, envp);
+    _exit(127);
+  }
+  close(pfd[1]);
+  int st;
+  while (waitpid(child, &st, 0) < 0 && errno == EINTR) {
+  }
+  char line[HUTCH_ERR_MSG_MAX + 64];
+  size_t len = 0;
+  uint64_t deadline = mono_us() + (uint64_t)l->timeout_ms * 1000u;
+  for (;;) {
+    uint64_t now = mono_us();
+    if (now >= deadline) {
+      close(pfd[0]);
+      return hutch_err_sys(err, ETIMEDOUT, "waiting for hutch-shim to report ready");
+    }
+    struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+    int r = poll(&p, 1, (int)((deadline - now) / 1000) + 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    ssize_t n = read(pfd[0], line + len, sizeof line - 1 - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || len + (size_t)n >= sizeof line - 1) {
+      if (n > 0) len += (size_t)n;
+      break;
+    }
+    len += (size_t)n;
+  }
+  close(pfd[0]);
+  line[len] = 0;
+  char *nl = strchr(line, '\n');
+  if (nl) *nl = 0;
+  long ipid = 0, spid = 0;
+  if (sscanf(line, "ok %ld %ld", &ipid, &spid) == 2 && ipid > 0 && spid > 0) {
+    *init_pid = (pid_t)ipid;
+    *shim_pid = (pid_t)spid;
+    return 0;
+  }
+  if (!strncmp(line, "error ", 6)) return hutch_err_sys(err, 0, "hutch-shim: %s", line + 6);
+  return hutch_err_sys(err, 0, "hutch-shim exited without reporting ready (see `%s`)", l->log_path);
+}
+
+int hutch_shim_connect(const char *socket_path, hutch_err *err) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(socket_path) >= sizeof a.sun_path)
+    return hutch_err_sys(err, ENAMETOOLONG, "shim socket path `%s`", socket_path);
+  strcpy(a.sun_path, socket_path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return hutch_err_sys(err, errno, "socket");
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+    int e = errno;
+    close(fd);
+    hutch_err_sys(err, e, "connect to shim `%s`", socket_path);
+    err->status = 503;
+    snprintf(err->code, sizeof err->code, "unavailable");
+    return -1;
+  }
+  return fd;
+}
+
+static void set_timeouts(int fd, int seconds) {
+  struct timeval tv = {.tv_sec = seconds};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+int hutch_shim_shutdown(const char *socket_path, hutch_err *err) {
+  cleanup_close int fd = hutch_shim_connect(socket_path, err);
+  if (fd < 0) return -1;
+  set_timeouts(fd, 15);
+  if (hutch_frame_write(fd, HUTCH_MSG_SHUTDOWN, 0, NULL, 0, err) < 0) return hutch_err_wrap(err, "shutdown shim");
+  struct hutch_frame_hdr h;
+  struct hutch_buf b;
+  hutch_buf_init(&b);
+  int r;
+  /* The ack, or EOF when the shim exits: both mean it is done. */
+  while ((r = hutch_frame_read(fd, &h, &b, err)) == 1 && h.type != HUTCH_MSG_SHUTDOWN) {
+  }
+  hutch_buf_free(&b);
+  if (r < 0) return hutch_err_wrap(err, "wait for shim shutdown");
+  return 0;
+}
+
+bool hutch_shim_alive(const char *socket_path) {
+  hutch_err err = HUTCH_ERR_INIT;
+  cleanup_close int fd = hutch_shim_connect(socket_path, &err);
+  if (fd < 0) return false;
+  set_timeouts(fd, 5);
+  if (hutch_frame_write(fd, HUTCH_MSG_PING, 0, NULL, 0, &err) < 0) return false;
+  struct hutch_frame_hdr h;
+  struct hutch_buf b;
+  hutch_buf_init(&b);
+  int r = hutch_frame_read(fd, &h, &b, &err);
+  hutch_buf_free(&b);
+  return r == 1 && h.type == HUTCH_MSG_PONG;
+}
+
+void hutch_exec_result_free(struct hutch_exec_result *r) {
+  free(r->out);
+  free(r->errb);
+  free(r->spawn_error);
+  memset(r, 0, sizeof *r);
+}
+
+static void capture(struct hutch_buf *dst, const unsigned char *p, size_t n, size_t cap, bool *truncated) {
+  if (dst->len >= cap) {
+    if (n) *truncated = true;
+    return;
+  }
+  size_t take = n < cap - dst->len ? n : cap - dst->len;
+  if (take < n) *truncated = true;
+  hutch_buf_append(dst, p, take);
+}
+
+static char *buf_to_str(struct hutch_buf *b, size_t *len) {
+  hutch_buf_append(b, "", 1);
+  *len = b->len - 1;
+  char *s = (char *)b->data;
+  b->data = NULL;
+  b->len = b->cap = 0;
+  return s;
+}
+
+int hutch_shim_exec(const char *socket_path, const struct hutch_exec_req *req, struct hutch_exec_result *res,
+                    hutch_err *err) {
+  memset(res, 0, sizeof *res);
+  uint64_t t0 = mono_us();
+  cleanup_close int fd = hutch_shim_connect(socket_path, err);
+  if (fd < 0) return -1;
+  /* Sends must not hang forever if the shim wedges; receives are bounded by
+   * the command's own timeout plus a margin. */
+  struct timeval stv = {.tv_sec = 30};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof stv);
+  struct hutch_buf b;
+  hutch_buf_init(&b);
+  hutch_spawn_encode(&b, req->argv, req->envp, req->cwd, req->timeout_ms, 0, 0,
+                     req->stdin_data ? HUTCH_SPAWN_STDIN : 0);
+  int rc = hutch_frame_write(fd, HUTCH_MSG_SPAWN, 1, b.data, b.len, err);
+  hutch_buf_free(&b);
+  if (rc < 0) return hutch_err_wrap(err, "send command to shim");
+  if (req->stdin_data) {
+    const unsigned char *p = req->stdin_data;
+    size_t left = req->stdin_len;
+    while (left > 0) {
+      size_t chunk = left > 65536 ? 65536 : left;
+      if (hutch_frame_write(fd, HUTCH_MSG_STDIN, 1, p, chunk, err) < 0) return hutch_err_wrap(err, "send stdin");
+      p += chunk;
+      left -= chunk;
+    }
+    if (hutch_frame_write(fd, HUTCH_MSG_STDIN_CLOSE, 1, NULL, 0, err) < 0) return hutch_err_wrap(err, "close stdin");
+  }
+  struct hutch_buf out, errb, payload;
+  hutch_buf_init(&out);
+  hutch_buf_init(&errb);
+  hutch_buf_init(&payload);
+  int ret = 0;
+  uint64_t limit_ms = req->timeout_ms ? (uint64_t)req->timeout_ms + 30000 : 0;
+  for (;;) {
+    if (limit_ms) {
+      uint64_t elapsed = (mono_us() - t0) / 1000;
+      if (elapsed >= limit_ms) {
+        ret = hutch_err_sys(err, ETIMEDOUT, "no exit report from the sandbox");
+        break;
+      }
+      struct pollfd p = {.fd = fd, .events = POLLIN};
+      int pr = poll(&p, 1, (int)(limit_ms - elapsed));
+      if (pr < 0 && errno == EINTR) continue;
+      if (pr == 0) continue;
+    }
+    struct hutch_frame_hdr h;
+    int r = hutch_frame_read(fd, &h, &payload, err);
+    if (r < 0) {
+      ret = hutch_err_wrap(err, "read from shim");
+      break;
+    }
+    if (r == 0) {
+      ret = hutch_err_set(err, 503, "unavailable", "the sandbox's shim closed the connection (sandbox stopped?)");
+      break;
+    }
+    if (h.id != 1) continue;
+    if (h.type == HUTCH_MSG_STARTED) {
+      res->started = true;
+    } else if (h.type == HUTCH_MSG_STDOUT) {
+      capture(&out, payload.data, payload.len, req->max_output, &res->truncated);
+    } else if (h.type == HUTCH_MSG_STDERR) {
+      capture(&errb, payload.data, payload.len, req->max_output, &res->truncated);
+    } else if (h.type == HUTCH_MSG_EXIT || h.type == HUTCH_MSG_ERROR) {
+      struct hutch_tlv_iter it;
+      uint8_t tag;
+      const unsigned char *v;
+      uint32_t vl;
+      int32_t code = 0, sig = 0;
+      uint32_t to = 0, en = 0;
+      const char *msg = NULL;
+      uint32_t msglen = 0;
+      hutch_tlv_iter_init(&it, payload.data, payload.len);
+      while (hutch_tlv_next(&it, &tag, &v, &vl) == 1) {
+        if (tag == HUTCH_TAG_EXIT_CODE) hutch_tlv_i32(v, vl, &code);
+        else if (tag == HUTCH_TAG_SIGNO) hutch_tlv_i32(v, vl, &sig);
+        else if (tag == HUTCH_TAG_TIMED_OUT) hutch_tlv_u32(v, vl, &to);
+        else if (tag == HUTCH_TAG_ERRNO) hutch_tlv_u32(v, vl, &en);
+        else if (tag == HUTCH_TAG_MESSAGE) msg = (const char *)v, msglen = vl;
+      }
+      if (h.type == HUTCH_MSG_ERROR) {
+        if (res->started && (en == EPIPE || en == ENOBUFS)) continue; /* stdin trouble; keep reading */
+        res->spawn_errno = (int)en;
+        res->spawn_error = msg ? xstrndup(msg, msglen) : xstrdup("spawn failed");
+        res->exit_code = en == ENOENT ? 127 : 126;
+      } else {
+        res->exit_code = code;
+        res->signo = sig;
+        res->timed_out = to != 0;
+      }
+      break;
+    }
+  }
+  res->out = buf_to_str(&out, &res->out_len);
+  res->errb = buf_to_str(&errb, &res->err_len);
+  hutch_buf_free(&payload);
+  res->duration_us = mono_us() - t0;
+  return ret;
+}

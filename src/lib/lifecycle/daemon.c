@@ -1,0 +1,547 @@
+#include "lifecycle/daemon.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/hash.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "isolate/cgroup.h"
+#include "isolate/userns.h"
+#include "runtime/runtime.h"
+#include "store/template.h"
+
+struct hutch_opq {
+  char op_id[64];
+  char sb_id[64];
+  char kind[16];
+  struct hutch_opq *next;
+};
+
+void hutch_config_defaults(struct hutch_config *c) {
+  memset(c, 0, sizeof *c);
+  c->data_dir = xstrdup("/var/lib/hutch");
+  c->socket_path = xstrdup("/run/hutch/hutchd.sock");
+  c->uid_lock_dir = xstrdup("/run/hutch/uids");
+  c->max_body = 1 << 20;
+  c->workers = 4;
+  c->uid_first = 1u << 28; /* 268435456: far above any /etc/subuid range in common use */
+  c->uid_slots = 4096;
+  c->default_timeout_s = 900;
+  c->max_timeout_s = 7 * 24 * 3600;
+}
+
+void hutch_config_free(struct hutch_config *c) {
+  free(c->data_dir);
+  free(c->socket_path);
+  free(c->listen_addr);
+  free(c->run_dir);
+  free(c->uid_lock_dir);
+  free(c->libexec_dir);
+  memset(c, 0, sizeof *c);
+}
+
+char *hutch_sandbox_dir(struct hutch_ctx *ctx, const char *id) {
+  return xasprintf("%s/sandboxes/%s", ctx->cfg.data_dir, id);
+}
+
+char *hutch_shim_socket(struct hutch_ctx *ctx, const char *id) { return xasprintf("%s/%s.sock", ctx->cfg.run_dir, id); }
+
+uint32_t hutch_uid_base_for_slot(struct hutch_ctx *ctx, int64_t slot) {
+  return ctx->cfg.uid_first + (uint32_t)slot * HUTCH_UID_SLOT_SIZE;
+}
+
+static void hostname_for(const char *id, char out[64]) {
+  snprintf(out, 64, "%s", id);
+  for (char *p = out; *p; p++)
+    if (*p == '_') *p = '-';
+}
+
+/* ---- operation queue ---------------------------------------------------- */
+
+static void enqueue(struct hutch_ctx *ctx, const char *op_id, const char *sb_id, const char *kind) {
+  struct hutch_opq *q = xcalloc(1, sizeof *q);
+  snprintf(q->op_id, sizeof q->op_id, "%s", op_id);
+  snprintf(q->sb_id, sizeof q->sb_id, "%s", sb_id);
+  snprintf(q->kind, sizeof q->kind, "%s", kind);
+  pthread_mutex_lock(&ctx->mu);
+  if (ctx->queue_tail) ctx->queue_tail->next = q;
+  else ctx->queue_head = q;
+  ctx->queue_tail = q;
+  pthread_cond_broadcast(&ctx->work);
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+static bool is_busy(struct hutch_ctx *ctx, const char *sb_id) {
+  for (size_t i = 0; i < ctx->nbusy; i++)
+    if (!strcmp(ctx->busy[i], sb_id)) return true;
+  return false;
+}
+
+/* Take the first queued operation whose sandbox is idle (per-sandbox FIFO). */
+static struct hutch_opq *dequeue_locked(struct hutch_ctx *ctx) {
+  struct hutch_opq *prev = NULL;
+  for (struct hutch_opq *q = ctx->queue_head; q; prev = q, q = q->next) {
+    if (is_busy(ctx, q->sb_id)) continue;
+    bool earlier_same = false;
+    for (struct hutch_opq *e = ctx->queue_head; e != q; e = e->next)
+      if (!strcmp(e->sb_id, q->sb_id)) earlier_same = true;
+    if (earlier_same) continue;
+    if (prev) prev->next = q->next;
+    else ctx->queue_head = q->next;
+    if (ctx->queue_tail == q) ctx->queue_tail = prev;
+    q->next = NULL;
+    ctx->busy = xrealloc(ctx->busy, (ctx->nbusy + 1) * sizeof *ctx->busy);
+    ctx->busy[ctx->nbusy++] = xstrdup(q->sb_id);
+    return q;
+  }
+  return NULL;
+}
+
+static void release_busy(struct hutch_ctx *ctx, const char *sb_id) {
+  pthread_mutex_lock(&ctx->mu);
+  for (size_t i = 0; i < ctx->nbusy; i++)
+    if (!strcmp(ctx->busy[i], sb_id)) {
+      free(ctx->busy[i]);
+      ctx->busy[i] = ctx->busy[--ctx->nbusy];
+      break;
+    }
+  pthread_cond_broadcast(&ctx->done);
+  pthread_cond_broadcast(&ctx->work);
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+/* ---- spec & cleanup ----------------------------------------------------- */
+
+static int build_spec(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, struct hutch_sandbox_spec *s,
+                      hutch_err *err) {
+  memset(s, 0, sizeof *s);
+  json_error_t je;
+  json_t *req = json_loads(r->request, 0, &je);
+  if (!req) return hutch_err_sys(err, 0, "stored request of `%s` is corrupt: %s", r->id, je.text);
+  json_t *res = json_object_get(req, "resources");
+  double cpus = json_number_value(json_object_get(res, "cpus"));
+  json_int_t mem = json_integer_value(json_object_get(res, "memory_mib"));
+  json_int_t pids = json_integer_value(json_object_get(res, "pids"));
+  json_decref(req);
+  char hn[64];
+  hostname_for(r->id, hn);
+  cleanup_free char *dir = hutch_sandbox_dir(ctx, r->id);
+  s->id = xstrdup(r->id);
+  s->instance = xstrdup(ctx->instance);
+  s->runtime = xstrdup(r->runtime);
+  s->rootfs = xasprintf("%s/rootfs", dir);
+  const char *usr = hutch_template_usr_src(r->template_name);
+  s->usr_src = usr ? xstrdup(usr) : NULL;
+  s->init_path = xasprintf("%s/hutch-init", ctx->cfg.libexec_dir);
+  s->hostname = xstrdup(hn);
+  s->uid_base = hutch_uid_base_for_slot(ctx, r->uid_slot);
+  s->uid_count = HUTCH_UID_SLOT_SIZE;
+  s->limits.memory_bytes = (uint64_t)mem << 20;
+  s->limits.pids = (uint64_t)pids;
+  s->limits.cpu_millis = (uint32_t)(cpus * 1000 + 0.5);
+  /* /tmp is tmpfs charged to the sandbox's memory cgroup: half the limit. */
+  s->tmp_bytes = s->limits.memory_bytes / 2;
+  return 0;
+}
+
+/* Is `pid` the shim of sandbox `id`?  (Guards against pid reuse.) */
+static bool is_shim_of(pid_t pid, const char *id) {
+  if (pid <= 0) return false;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+  size_t len = 0;
+  hutch_err err = HUTCH_ERR_INIT;
+  cleanup_free char *cmd = read_file(path, 8192, &len, &err);
+  if (!cmd) return false;
+  for (size_t i = 0; i < len; i++)
+    if (!cmd[i]) cmd[i] = ' ';
+  return strstr(cmd, "hutch-shim") && strstr(cmd, id);
+}
+
+/* Release everything a sandbox may hold on this host.  Safe to call at any
+ * step of create or delete, and again. */
+static int release_sandbox(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, hutch_err *err) {
+  cleanup_free char *sock = hutch_shim_socket(ctx, r->id);
+  hutch_err e = HUTCH_ERR_INIT;
+  if (access(sock, F_OK) == 0 && hutch_shim_shutdown(sock, &e) < 0)
+    hutch_log(LOG_WARN, "shim.shutdown_failed", "id", r->id, "reason", e.msg, NULL);
+  if (is_shim_of((pid_t)r->shim_pid, r->id)) kill((pid_t)r->shim_pid, SIGKILL);
+  /* The cgroup holds every process of the sandbox, whatever the shim did. */
+  if (hutch_cgroup_destroy(ctx->instance, r->id, err) < 0) return hutch_err_wrap(err, "release cgroup");
+  unlink(sock);
+  cleanup_free char *dir = hutch_sandbox_dir(ctx, r->id);
+  if (rm_rf(dir, err) < 0) return hutch_err_wrap(err, "remove sandbox directory");
+  if (r->uid_slot >= 0 && hutch_uid_slot_release(ctx->cfg.uid_lock_dir, (uint32_t)r->uid_slot, err) < 0)
+    return -1;
+  return 0;
+}
+
+/* ---- operations --------------------------------------------------------- */
+
+static int do_create(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
+  struct hutch_sandbox_rec r;
+  if (hutch_db_sandbox_get(ctx->db, sb_id, &r, err) < 0) return -1;
+  struct hutch_sandbox_spec spec = {0};
+  cleanup_free char *dir = hutch_sandbox_dir(ctx, sb_id);
+  cleanup_free char *cfg = xasprintf("%s/config.json", dir);
+  cleanup_free char *log = xasprintf("%s/shim.log", dir);
+  cleanup_free char *sock = hutch_shim_socket(ctx, sb_id);
+  cleanup_free char *shim = xasprintf("%s/hutch-shim", ctx->cfg.libexec_dir);
+  cleanup_free char *owner = xasprintf("%s %s\n", ctx->cfg.data_dir, sb_id);
+  cleanup_free char *json = NULL;
+  uint32_t slot;
+  pid_t shim_pid = 0, init_pid = 0;
+  uint64_t t0 = mono_us();
+
+  if (hutch_db_sandbox_set_state(ctx->db, sb_id, "creating", NULL, err) < 0) goto fail;
+  if (hutch_uid_slot_claim(ctx->cfg.uid_lock_dir, ctx->cfg.uid_first, ctx->cfg.uid_slots, owner, &slot, err) < 0)
+    goto fail;
+  r.uid_slot = slot;
+  if (hutch_db_sandbox_set_host(ctx->db, sb_id, slot, 0, 0, err) < 0) goto fail;
+  if (mkdir(dir, 0700) < 0) {
+    hutch_err_sys(err, errno, "mkdir `%s`", dir);
+    goto fail;
+  }
+  if (build_spec(ctx, &r, &spec, err) < 0) goto fail;
+  if (hutch_rootfs_create(ctx->cfg.data_dir, r.template_name, spec.rootfs, spec.hostname, err) < 0) goto fail;
+  if (hutch_fault("create.rootfs")) {
+    hutch_err_sys(err, EIO, "fault injected at create.rootfs");
+    goto fail;
+  }
+  json = hutch_spec_to_json(&spec);
+  if (!json || write_file(cfg, json, strlen(json), 0600, err) < 0) {
+    if (!json) hutch_err_sys(err, ENOMEM, "serialise sandbox spec");
+    goto fail;
+  }
+  struct hutch_shim_launch l = {
+      .shim_path = shim, .config_path = cfg, .socket_path = sock, .log_path = log, .timeout_ms = 30000};
+  if (hutch_shim_launch(&l, &shim_pid, &init_pid, err) < 0) goto fail;
+  r.shim_pid = shim_pid;
+  if (hutch_db_sandbox_set_host(ctx->db, sb_id, slot, shim_pid, init_pid, err) < 0) goto fail;
+  if (hutch_fault("create.ready")) {
+    hutch_err_sys(err, EIO, "fault injected at create.ready");
+    goto fail;
+  }
+  if (hutch_db_sandbox_set_state(ctx->db, sb_id, "running", NULL, err) < 0) goto fail;
+  char ms[32];
+  snprintf(ms, sizeof ms, "%.3f", (double)(mono_us() - t0) / 1000.0);
+  hutch_log(LOG_INFO, "sandbox.created", "id", sb_id, "dur_ms", ms, NULL);
+  hutch_spec_free(&spec);
+  hutch_sandbox_rec_free(&r);
+  return 0;
+
+fail:
+  hutch_err_wrap(err, "create sandbox %s", sb_id);
+  {
+    hutch_err e2 = HUTCH_ERR_INIT;
+    if (release_sandbox(ctx, &r, &e2) < 0)
+      hutch_log(LOG_ERROR, "sandbox.cleanup_failed", "id", sb_id, "reason", e2.msg, NULL);
+    else if (hutch_db_sandbox_delete(ctx->db, sb_id, &e2) < 0)
+      hutch_log(LOG_ERROR, "sandbox.cleanup_failed", "id", sb_id, "reason", e2.msg, NULL);
+    if (e2.msg[0]) hutch_db_sandbox_set_state(ctx->db, sb_id, "error", err->msg, &e2);
+  }
+  hutch_spec_free(&spec);
+  hutch_sandbox_rec_free(&r);
+  return -1;
+}
+
+static int do_delete(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
+  struct hutch_sandbox_rec r;
+  if (hutch_db_sandbox_get(ctx->db, sb_id, &r, err) < 0) {
+    /* Already gone (a failed create removed it): deleting is done. */
+    if (err->status == 404) return 0;
+    return -1;
+  }
+  int ret = 0;
+  if (hutch_db_sandbox_set_state(ctx->db, sb_id, "deleting", NULL, err) < 0 || release_sandbox(ctx, &r, err) < 0 ||
+      hutch_db_sandbox_delete(ctx->db, sb_id, err) < 0) {
+    hutch_err_wrap(err, "delete sandbox %s", sb_id);
+    hutch_err e2 = HUTCH_ERR_INIT;
+    hutch_db_sandbox_set_state(ctx->db, sb_id, "error", err->msg, &e2);
+    ret = -1;
+  } else {
+    hutch_log(LOG_INFO, "sandbox.deleted", "id", sb_id, NULL);
+  }
+  hutch_sandbox_rec_free(&r);
+  return ret;
+}
+
+static void *worker_main(void *arg) {
+  struct hutch_ctx *ctx = arg;
+  for (;;) {
+    pthread_mutex_lock(&ctx->mu);
+    struct hutch_opq *q;
+    while (!(q = dequeue_locked(ctx)) && !ctx->stopping) pthread_cond_wait(&ctx->work, &ctx->mu);
+    if (!q) {
+      pthread_mutex_unlock(&ctx->mu);
+      return NULL;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    hutch_err err = HUTCH_ERR_INIT, e2 = HUTCH_ERR_INIT;
+    hutch_db_op_set_state(ctx->db, q->op_id, "running", NULL, &e2);
+    int r = !strcmp(q->kind, "create") ? do_create(ctx, q->sb_id, &err) : do_delete(ctx, q->sb_id, &err);
+    if (r < 0) hutch_log(LOG_ERROR, "operation.failed", "op", q->op_id, "kind", q->kind, "reason", err.msg, NULL);
+    if (hutch_db_op_set_state(ctx->db, q->op_id, r < 0 ? "failed" : "succeeded", r < 0 ? &err : NULL, &e2) < 0)
+      hutch_log(LOG_ERROR, "operation.record_failed", "op", q->op_id, "reason", e2.msg, NULL);
+    release_busy(ctx, q->sb_id);
+    free(q);
+  }
+}
+
+static int new_op(struct hutch_ctx *ctx, const char *kind, const char *sb_id, char op_id[64], hutch_err *err) {
+  struct hutch_op_rec op = {0};
+  hutch_random_id("op", op.id, sizeof op.id);
+  snprintf(op.kind, sizeof op.kind, "%s", kind);
+  snprintf(op.sandbox_id, sizeof op.sandbox_id, "%s", sb_id);
+  snprintf(op.state, sizeof op.state, "pending");
+  op.created_at = now_ms();
+  if (hutch_db_op_insert(ctx->db, &op, err) < 0) return -1;
+  memcpy(op_id, op.id, 64);
+  return 0;
+}
+
+int hutch_lc_create(struct hutch_ctx *ctx, const struct hutch_create_req *req, char sb_id[64], char op_id[64],
+                    hutch_err *err) {
+  if (!hutch_template_exists(ctx->cfg.data_dir, req->template_name))
+    return hutch_err_set(err, 404, "not_found", "template `%s` not found", req->template_name);
+  const struct hutch_runtime_ops *rt = hutch_runtime_get(req->runtime);
+  if (!rt) {
+    if (!strcmp(req->runtime, "auto"))
+      return hutch_err_set(err, 503, "unavailable", "no runtime is available on this host");
+    return hutch_err_invalid(err, "field `runtime`: unknown runtime `%s` (known: auto, native)", req->runtime);
+  }
+  char why[512];
+  if (!rt->available(why, sizeof why))
+    return hutch_err_set(err, 503, "unavailable", "runtime `%s` is not available on this host: %s", rt->name, why);
+  json_t *norm = json_pack("{s:{s:f, s:I, s:I, s:I}, s:O, s:O, s:I}", "resources", "cpus", req->cpus, "memory_mib",
+                           (json_int_t)req->memory_mib, "pids", (json_int_t)req->pids, "disk_mib",
+                           (json_int_t)req->disk_mib, "env", req->env, "labels", req->labels, "timeout_s",
+                           (json_int_t)req->timeout_s);
+  if (!norm) return hutch_err_sys(err, ENOMEM, "normalise request");
+  struct hutch_sandbox_rec r = {0};
+  hutch_random_id("sb", r.id, sizeof r.id);
+  snprintf(r.state, sizeof r.state, "accepted");
+  snprintf(r.template_name, sizeof r.template_name, "%s", req->template_name);
+  snprintf(r.runtime, sizeof r.runtime, "%s", rt->name);
+  r.request = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(norm);
+  r.uid_slot = -1;
+  r.created_at = r.updated_at = now_ms();
+  r.expires_at = req->timeout_s > 0 ? r.created_at + (uint64_t)req->timeout_s * 1000u : 0;
+  int ret = hutch_db_sandbox_insert(ctx->db, &r, err);
+  if (ret == 0) ret = new_op(ctx, "create", r.id, op_id, err);
+  if (ret == 0) {
+    memcpy(sb_id, r.id, 64);
+    enqueue(ctx, op_id, r.id, "create");
+  } else {
+    hutch_err e2 = HUTCH_ERR_INIT;
+    hutch_db_sandbox_delete(ctx->db, r.id, &e2);
+  }
+  free(r.request);
+  return ret;
+}
+
+int hutch_lc_delete(struct hutch_ctx *ctx, const char *sb_id, char op_id[64], hutch_err *err) {
+  struct hutch_sandbox_rec r;
+  if (hutch_db_sandbox_get(ctx->db, sb_id, &r, err) < 0) return -1;
+  hutch_sandbox_rec_free(&r);
+  if (new_op(ctx, "delete", sb_id, op_id, err) < 0) return -1;
+  enqueue(ctx, op_id, sb_id, "delete");
+  return 0;
+}
+
+int hutch_lc_wait(struct hutch_ctx *ctx, const char *op_id, uint64_t timeout_ms, struct hutch_op_rec *out,
+                  hutch_err *err) {
+  uint64_t deadline = mono_us() + timeout_ms * 1000u;
+  for (;;) {
+    if (hutch_db_op_get(ctx->db, op_id, out, err) < 0) return -1;
+    if (!strcmp(out->state, "succeeded") || !strcmp(out->state, "failed")) return 0;
+    uint64_t now = mono_us();
+    if (now >= deadline) return 0;
+    hutch_op_rec_free(out);
+    /* Wake on any operation's completion, and re-check at least every 100 ms. */
+    uint64_t wait_us = deadline - now < 100000 ? deadline - now : 100000;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)(wait_us % 1000000) * 1000;
+    ts.tv_sec += (time_t)(wait_us / 1000000) + ts.tv_nsec / 1000000000;
+    ts.tv_nsec %= 1000000000;
+    pthread_mutex_lock(&ctx->mu);
+    pthread_cond_timedwait(&ctx->done, &ctx->mu, &ts);
+    pthread_mutex_unlock(&ctx->mu);
+  }
+}
+
+int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_exec_opts *o,
+                  struct hutch_exec_result *res, hutch_err *err) {
+  struct hutch_sandbox_rec r;
+  if (hutch_db_sandbox_get(ctx->db, sb_id, &r, err) < 0) return -1;
+  if (strcmp(r.state, "running")) {
+    hutch_err_set(err, 409, "conflict", "sandbox `%s` is %s, not running", sb_id, r.state);
+    hutch_sandbox_rec_free(&r);
+    return -1;
+  }
+  /* Environment: defaults < the sandbox's env < the command's env. */
+  json_error_t je;
+  json_t *req = json_loads(r.request, 0, &je);
+  json_t *env = json_object();
+  char hn[64];
+  hostname_for(sb_id, hn);
+  json_object_set_new(env, "PATH", json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+  json_object_set_new(env, "HOME", json_string("/root"));
+  json_object_set_new(env, "USER", json_string("root"));
+  json_object_set_new(env, "LANG", json_string("C.UTF-8"));
+  json_object_set_new(env, "HOSTNAME", json_string(hn));
+  if (req) json_object_update(env, json_object_get(req, "env"));
+  if (o->env) json_object_update(env, o->env);
+  json_decref(req);
+  size_t n = json_object_size(env), i = 0;
+  char **envp = xcalloc(n + 1, sizeof *envp);
+  const char *k;
+  json_t *v;
+  json_object_foreach(env, k, v) envp[i++] = xasprintf("%s=%s", k, json_string_value(v));
+  json_decref(env);
+  cleanup_free char *sock = hutch_shim_socket(ctx, sb_id);
+  struct hutch_exec_req x = {
+      .argv = o->argv,
+      .envp = (const char *const *)envp,
+      .cwd = o->cwd ? o->cwd : "/root",
+      .timeout_ms = o->timeout_s * 1000u,
+      .stdin_data = o->stdin_data,
+      .stdin_len = o->stdin_len,
+      .max_output = o->max_output,
+  };
+  int ret = hutch_shim_exec(sock, &x, res, err);
+  if (ret < 0) hutch_err_wrap(err, "exec in sandbox %s", sb_id);
+  for (i = 0; i < n; i++) free(envp[i]);
+  free(envp);
+  hutch_sandbox_rec_free(&r);
+  return ret;
+}
+
+/* ---- start-up, reconciliation, expiry ----------------------------------- */
+
+/* Bring the database in line with the host after a restart: sandboxes whose
+ * shim answers stay running; anything mid-operation or without a shim is
+ * cleaned up (creating) or marked error (running). */
+static void reconcile(struct hutch_ctx *ctx) {
+  hutch_err err = HUTCH_ERR_INIT;
+  hutch_db_op_fail_unfinished(ctx->db, "hutchd restarted while the operation was in progress", &err);
+  struct hutch_sandbox_rec *v = NULL;
+  size_t n = 0;
+  if (hutch_db_sandbox_list(ctx->db, NULL, &v, &n, &err) < 0) {
+    hutch_log(LOG_ERROR, "reconcile.failed", "reason", err.msg, NULL);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    struct hutch_sandbox_rec *r = &v[i];
+    cleanup_free char *sock = hutch_shim_socket(ctx, r->id);
+    if (!strcmp(r->state, "running") && hutch_shim_alive(sock)) {
+      hutch_log(LOG_INFO, "sandbox.readopted", "id", r->id, NULL);
+    } else if (!strcmp(r->state, "accepted") || !strcmp(r->state, "creating") || !strcmp(r->state, "deleting")) {
+      hutch_err e = HUTCH_ERR_INIT;
+      if (release_sandbox(ctx, r, &e) == 0) hutch_db_sandbox_delete(ctx->db, r->id, &e);
+      hutch_log(LOG_WARN, "sandbox.rolled_back", "id", r->id, "state", r->state, NULL);
+    } else if (!strcmp(r->state, "running")) {
+      hutch_err e = HUTCH_ERR_INIT;
+      release_sandbox(ctx, r, &e);
+      hutch_db_sandbox_set_state(ctx->db, r->id, "error", "its shim was gone when hutchd started", &e);
+      hutch_log(LOG_WARN, "sandbox.lost", "id", r->id, NULL);
+    }
+    hutch_sandbox_rec_free(r);
+  }
+  free(v);
+}
+
+static void *reaper_main(void *arg) {
+  struct hutch_ctx *ctx = arg;
+  for (;;) {
+    pthread_mutex_lock(&ctx->mu);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    if (!ctx->stopping) pthread_cond_timedwait(&ctx->work, &ctx->mu, &ts);
+    bool stop = ctx->stopping;
+    pthread_mutex_unlock(&ctx->mu);
+    if (stop) return NULL;
+    struct hutch_sandbox_rec *v = NULL;
+    size_t n = 0;
+    hutch_err err = HUTCH_ERR_INIT;
+    if (hutch_db_sandbox_list(ctx->db, "running", &v, &n, &err) < 0) continue;
+    uint64_t now = now_ms();
+    for (size_t i = 0; i < n; i++) {
+      if (v[i].expires_at && v[i].expires_at <= now) {
+        char op[64];
+        hutch_err e = HUTCH_ERR_INIT;
+        if (hutch_db_sandbox_set_state(ctx->db, v[i].id, "deleting", NULL, &e) == 0 &&
+            hutch_lc_delete(ctx, v[i].id, op, &e) == 0)
+          hutch_log(LOG_INFO, "sandbox.expired", "id", v[i].id, "op", op, NULL);
+      }
+      hutch_sandbox_rec_free(&v[i]);
+    }
+    free(v);
+  }
+}
+
+int hutch_ctx_start(struct hutch_ctx *ctx, hutch_err *err) {
+  pthread_mutex_init(&ctx->mu, NULL);
+  pthread_cond_init(&ctx->work, NULL);
+  pthread_cond_init(&ctx->done, NULL);
+  ctx->started_ms = now_ms();
+  if (mkdir_p(ctx->cfg.data_dir, 0700, err) < 0) return hutch_err_wrap(err, "data directory");
+  char real[PATH_MAX];
+  if (!realpath(ctx->cfg.data_dir, real)) return hutch_err_sys(err, errno, "realpath `%s`", ctx->cfg.data_dir);
+  free(ctx->cfg.data_dir);
+  ctx->cfg.data_dir = xstrdup(real);
+  char hex[65];
+  hutch_sha256_hex(real, strlen(real), hex);
+  snprintf(ctx->instance, sizeof ctx->instance, "%.12s", hex);
+  if (!ctx->cfg.run_dir) ctx->cfg.run_dir = xasprintf("/run/hutch/%s", ctx->instance);
+  if (mkdir_p(ctx->cfg.run_dir, 0700, err) < 0) return hutch_err_wrap(err, "run directory");
+  enum hutch_cgroup_version cv;
+  if (hutch_cgroup_probe(&cv, err) < 0) return hutch_err_wrap(err, "cgroups");
+  snprintf(ctx->cgroup_version, sizeof ctx->cgroup_version, "v%d", (int)cv);
+  cleanup_free char *sbdir = xasprintf("%s/sandboxes", ctx->cfg.data_dir);
+  if (mkdir_p(sbdir, 0700, err) < 0) return -1;
+  cleanup_free char *dbpath = xasprintf("%s/state.db", ctx->cfg.data_dir);
+  if (hutch_db_open(dbpath, &ctx->db, err) < 0) return -1;
+  if (hutch_template_ensure_host(ctx->cfg.data_dir, err) < 0) return -1;
+  reconcile(ctx);
+  ctx->nthreads = (size_t)(ctx->cfg.workers > 0 ? ctx->cfg.workers : 1);
+  ctx->threads = xcalloc(ctx->nthreads, sizeof *ctx->threads);
+  for (size_t i = 0; i < ctx->nthreads; i++)
+    if (pthread_create(&ctx->threads[i], NULL, worker_main, ctx) != 0)
+      return hutch_err_sys(err, errno, "start worker thread");
+  if (pthread_create(&ctx->reaper, NULL, reaper_main, ctx) != 0)
+    return hutch_err_sys(err, errno, "start expiry thread");
+  return 0;
+}
+
+void hutch_ctx_stop(struct hutch_ctx *ctx) {
+  pthread_mutex_lock(&ctx->mu);
+  ctx->stopping = true;
+  pthread_cond_broadcast(&ctx->work);
+  pthread_mutex_unlock(&ctx->mu);
+  for (size_t i = 0; i < ctx->nthreads; i++) pthread_join(ctx->threads[i], NULL);
+  pthread_join(ctx->reaper, NULL);
+  free(ctx->threads);
+  ctx->threads = NULL;
+  /* Operations still queued stay pending in the database and are failed by
+   * the next start's reconciliation; sandboxes keep running under their shims. */
+  while (ctx->queue_head) {
+    struct hutch_opq *q = ctx->queue_head;
+    ctx->queue_head = q->next;
+    free(q);
+  }
+  for (size_t i = 0; i < ctx->nbusy; i++) free(ctx->busy[i]);
+  free(ctx->busy);
+  hutch_db_close(ctx->db);
+  ctx->db = NULL;
+}

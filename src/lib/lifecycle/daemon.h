@@ -1,0 +1,99 @@
+/* The daemon's core: configuration, state, and the lifecycle of sandboxes.
+ *
+ * Lifecycle requests (create, delete) become operations: a row in the
+ * database and an entry in a queue served by a small worker pool, so a slow
+ * operation never blocks the API.  Operations on one sandbox run one at a
+ * time, in the order they were accepted.
+ */
+#ifndef HUTCH_DAEMON_H
+#define HUTCH_DAEMON_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "agent/shim_client.h"
+#include "common/err.h"
+#include "store/db.h"
+
+struct hutch_config {
+  char *data_dir;     /* state.db, templates/, sandboxes/ */
+  char *socket_path;  /* API unix socket */
+  char *listen_addr;  /* optional HOST:PORT for TCP (API key required) */
+  char *run_dir;      /* shim sockets; default /run/hutch/<instance> */
+  char *uid_lock_dir; /* host-wide uid slot claims */
+  char *libexec_dir;  /* where hutch-shim and hutch-init live */
+  size_t max_body;
+  int workers;
+  uint32_t uid_first; /* first host uid handed to sandboxes */
+  uint32_t uid_slots; /* number of 65536-id slots */
+  uint32_t default_timeout_s;
+  uint32_t max_timeout_s;
+};
+
+void hutch_config_defaults(struct hutch_config *c);
+void hutch_config_free(struct hutch_config *c);
+
+struct hutch_busy;
+
+struct hutch_ctx {
+  struct hutch_config cfg;
+  char instance[16]; /* 12 hex chars of sha256(realpath(data_dir)) */
+  char cgroup_version[4];
+  struct hutch_db *db;
+  pthread_mutex_t mu;
+  pthread_cond_t work;    /* signalled when an operation is queued */
+  pthread_cond_t done;    /* broadcast when an operation finishes */
+  struct hutch_opq *queue_head, *queue_tail;
+  char **busy;            /* sandbox ids with an operation in progress */
+  size_t nbusy;
+  bool stopping;
+  pthread_t *threads;
+  size_t nthreads;
+  pthread_t reaper;
+  uint64_t started_ms;
+};
+
+/* Open the database, build the host template, reconcile state left by a
+ * previous run, start workers. */
+int hutch_ctx_start(struct hutch_ctx *ctx, hutch_err *err);
+void hutch_ctx_stop(struct hutch_ctx *ctx);
+
+struct hutch_create_req {
+  const char *template_name;
+  const char *runtime;
+  double cpus;
+  int64_t memory_mib, pids, disk_mib;
+  json_t *env;    /* object of strings (borrowed) */
+  json_t *labels; /* object of strings (borrowed) */
+  int64_t timeout_s;
+};
+
+/* Accept a create: validates what can be checked now (template, runtime),
+ * inserts the sandbox (accepted) and a pending operation, queues it. */
+int hutch_lc_create(struct hutch_ctx *ctx, const struct hutch_create_req *req, char sb_id[64], char op_id[64],
+                    hutch_err *err);
+int hutch_lc_delete(struct hutch_ctx *ctx, const char *sb_id, char op_id[64], hutch_err *err);
+/* Wait up to timeout_ms for the operation to finish; fills *out either way. */
+int hutch_lc_wait(struct hutch_ctx *ctx, const char *op_id, uint64_t timeout_ms, struct hutch_op_rec *out,
+                  hutch_err *err);
+
+struct hutch_exec_opts {
+  const char *const *argv;
+  json_t *env; /* extra variables (borrowed), may be NULL */
+  const char *cwd;
+  uint32_t timeout_s;
+  const char *stdin_data;
+  size_t stdin_len;
+  size_t max_output;
+};
+int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_exec_opts *o,
+                  struct hutch_exec_result *res, hutch_err *err);
+
+/* Paths (caller frees). */
+char *hutch_sandbox_dir(struct hutch_ctx *ctx, const char *id);
+char *hutch_shim_socket(struct hutch_ctx *ctx, const char *id);
+uint32_t hutch_uid_base_for_slot(struct hutch_ctx *ctx, int64_t slot);
+
+#endif

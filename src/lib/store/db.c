@@ -1,0 +1,430 @@
+#include "store/db.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+struct hutch_db {
+  sqlite3 *h;
+  pthread_mutex_t mu;
+};
+
+/* Migration i brings the schema from version i to i+1.  Never edit a
+ * released entry; append a new one. */
+static const char *const migrations[] = {
+    "CREATE TABLE sandboxes ("
+    "  id TEXT PRIMARY KEY,"
+    "  state TEXT NOT NULL,"
+    "  template TEXT NOT NULL,"
+    "  runtime TEXT NOT NULL,"
+    "  request TEXT NOT NULL,"
+    "  error TEXT,"
+    "  uid_slot INTEGER NOT NULL DEFAULT -1,"
+    "  shim_pid INTEGER NOT NULL DEFAULT 0,"
+    "  init_pid INTEGER NOT NULL DEFAULT 0,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  expires_at INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX sandboxes_state ON sandboxes(state);"
+    "CREATE TABLE operations ("
+    "  id TEXT PRIMARY KEY,"
+    "  kind TEXT NOT NULL,"
+    "  sandbox_id TEXT NOT NULL,"
+    "  state TEXT NOT NULL,"
+    "  err_status INTEGER NOT NULL DEFAULT 0,"
+    "  err_code TEXT,"
+    "  err_msg TEXT,"
+    "  created_at INTEGER NOT NULL,"
+    "  started_at INTEGER NOT NULL DEFAULT 0,"
+    "  finished_at INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX operations_sandbox ON operations(sandbox_id);"
+    "CREATE TABLE api_keys ("
+    "  id TEXT PRIMARY KEY,"
+    "  name TEXT NOT NULL,"
+    "  hash TEXT NOT NULL UNIQUE,"
+    "  created_at INTEGER NOT NULL);",
+};
+#define N_MIGRATIONS (sizeof migrations / sizeof *migrations)
+
+static int db_fail(struct hutch_db *db, hutch_err *err, const char *what) {
+  return hutch_err_sys(err, 0, "sqlite %s: %s", what, sqlite3_errmsg(db->h));
+}
+
+static int exec_sql(struct hutch_db *db, const char *sql, hutch_err *err) {
+  char *msg = NULL;
+  if (sqlite3_exec(db->h, sql, NULL, NULL, &msg) != SQLITE_OK) {
+    hutch_err_sys(err, 0, "sqlite: %s", msg ? msg : "error");
+    sqlite3_free(msg);
+    return -1;
+  }
+  return 0;
+}
+
+static int user_version(struct hutch_db *db) {
+  sqlite3_stmt *st;
+  int v = -1;
+  if (sqlite3_prepare_v2(db->h, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK) return -1;
+  if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  return v;
+}
+
+int hutch_db_schema_version(struct hutch_db *db) {
+  pthread_mutex_lock(&db->mu);
+  int v = user_version(db);
+  pthread_mutex_unlock(&db->mu);
+  return v;
+}
+
+static int migrate(struct hutch_db *db, hutch_err *err) {
+  int v = user_version(db);
+  if (v < 0) return db_fail(db, err, "read schema version");
+  if ((size_t)v > N_MIGRATIONS)
+    return hutch_err_sys(err, 0, "database schema version %d is newer than this hutchd (%zu)", v, N_MIGRATIONS);
+  for (size_t i = (size_t)v; i < N_MIGRATIONS; i++) {
+    char pragma[64];
+    snprintf(pragma, sizeof pragma, "PRAGMA user_version=%zu;", i + 1);
+    if (exec_sql(db, "BEGIN IMMEDIATE;", err) < 0) return -1;
+    if (exec_sql(db, migrations[i], err) < 0 || exec_sql(db, pragma, err) < 0) {
+      hutch_err e2 = HUTCH_ERR_INIT;
+      exec_sql(db, "ROLLBACK;", &e2);
+      return hutch_err_wrap(err, "migration %zu", i + 1);
+    }
+    if (exec_sql(db, "COMMIT;", err) < 0) return -1;
+  }
+  return 0;
+}
+
+int hutch_db_open(const char *path, struct hutch_db **out, hutch_err *err) {
+  struct hutch_db *db = xcalloc(1, sizeof *db);
+  pthread_mutex_init(&db->mu, NULL);
+  if (sqlite3_open_v2(path, &db->h,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_EXRESCODE,
+                      NULL) != SQLITE_OK) {
+    hutch_err_sys(err, 0, "open database `%s`: %s", path, db->h ? sqlite3_errmsg(db->h) : "out of memory");
+    hutch_db_close(db);
+    return -1;
+  }
+  sqlite3_busy_timeout(db->h, 5000);
+  /* WAL: readers never block the writer; NORMAL sync is durable across a
+   * hutchd crash (the WAL is fsync'd at checkpoints, not every commit). */
+  if (exec_sql(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;", err) < 0 ||
+      migrate(db, err) < 0) {
+    hutch_err_wrap(err, "database `%s`", path);
+    hutch_db_close(db);
+    return -1;
+  }
+  *out = db;
+  return 0;
+}
+
+void hutch_db_close(struct hutch_db *db) {
+  if (!db) return;
+  if (db->h) sqlite3_close(db->h);
+  pthread_mutex_destroy(&db->mu);
+  free(db);
+}
+
+static void copy_col(char *dst, size_t n, sqlite3_stmt *st, int col) {
+  const unsigned char *s = sqlite3_column_text(st, col);
+  snprintf(dst, n, "%s", s ? (const char *)s : "");
+}
+
+static char *dup_col(sqlite3_stmt *st, int col) {
+  const unsigned char *s = sqlite3_column_text(st, col);
+  return s ? xstrdup((const char *)s) : NULL;
+}
+
+void hutch_sandbox_rec_free(struct hutch_sandbox_rec *r) {
+  free(r->request);
+  free(r->error);
+  r->request = r->error = NULL;
+}
+
+#define SANDBOX_COLS \
+  "id, state, template, runtime, request, error, uid_slot, shim_pid, init_pid, created_at, updated_at, expires_at"
+
+static void read_sandbox(sqlite3_stmt *st, struct hutch_sandbox_rec *r) {
+  memset(r, 0, sizeof *r);
+  copy_col(r->id, sizeof r->id, st, 0);
+  copy_col(r->state, sizeof r->state, st, 1);
+  copy_col(r->template_name, sizeof r->template_name, st, 2);
+  copy_col(r->runtime, sizeof r->runtime, st, 3);
+  r->request = dup_col(st, 4);
+  r->error = dup_col(st, 5);
+  r->uid_slot = sqlite3_column_int64(st, 6);
+  r->shim_pid = sqlite3_column_int64(st, 7);
+  r->init_pid = sqlite3_column_int64(st, 8);
+  r->created_at = (uint64_t)sqlite3_column_int64(st, 9);
+  r->updated_at = (uint64_t)sqlite3_column_int64(st, 10);
+  r->expires_at = (uint64_t)sqlite3_column_int64(st, 11);
+}
+
+/* Prepare under the lock; on failure unlock and fill err. */
+static sqlite3_stmt *prep(struct hutch_db *db, const char *sql, hutch_err *err) {
+  sqlite3_stmt *st = NULL;
+  pthread_mutex_lock(&db->mu);
+  if (sqlite3_prepare_v2(db->h, sql, -1, &st, NULL) != SQLITE_OK) {
+    db_fail(db, err, "prepare");
+    pthread_mutex_unlock(&db->mu);
+    return NULL;
+  }
+  return st;
+}
+
+/* Step a statement that returns no rows, finalize it and unlock. */
+static int step_done(struct hutch_db *db, sqlite3_stmt *st, hutch_err *err, const char *what) {
+  int rc = sqlite3_step(st);
+  int ret = 0;
+  if (rc != SQLITE_DONE) ret = db_fail(db, err, what);
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return ret;
+}
+
+static void bind_text(sqlite3_stmt *st, int i, const char *s) {
+  if (s) sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+  else sqlite3_bind_null(st, i);
+}
+
+int hutch_db_sandbox_insert(struct hutch_db *db, const struct hutch_sandbox_rec *r, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "INSERT INTO sandboxes (" SANDBOX_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", err);
+  if (!st) return -1;
+  bind_text(st, 1, r->id);
+  bind_text(st, 2, r->state);
+  bind_text(st, 3, r->template_name);
+  bind_text(st, 4, r->runtime);
+  bind_text(st, 5, r->request ? r->request : "{}");
+  bind_text(st, 6, r->error);
+  sqlite3_bind_int64(st, 7, r->uid_slot);
+  sqlite3_bind_int64(st, 8, r->shim_pid);
+  sqlite3_bind_int64(st, 9, r->init_pid);
+  sqlite3_bind_int64(st, 10, (sqlite3_int64)r->created_at);
+  sqlite3_bind_int64(st, 11, (sqlite3_int64)r->updated_at);
+  sqlite3_bind_int64(st, 12, (sqlite3_int64)r->expires_at);
+  return step_done(db, st, err, "insert sandbox");
+}
+
+int hutch_db_sandbox_get(struct hutch_db *db, const char *id, struct hutch_sandbox_rec *out, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "SELECT " SANDBOX_COLS " FROM sandboxes WHERE id=?", err);
+  if (!st) return -1;
+  bind_text(st, 1, id);
+  int rc = sqlite3_step(st), ret = 0;
+  if (rc == SQLITE_ROW) read_sandbox(st, out);
+  else if (rc == SQLITE_DONE) ret = hutch_err_set(err, 404, "not_found", "sandbox `%s` not found", id);
+  else ret = db_fail(db, err, "get sandbox");
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return ret;
+}
+
+int hutch_db_sandbox_list(struct hutch_db *db, const char *state, struct hutch_sandbox_rec **out, size_t *n,
+                          hutch_err *err) {
+  sqlite3_stmt *st = prep(db,
+                          state ? "SELECT " SANDBOX_COLS " FROM sandboxes WHERE state=? ORDER BY created_at, id"
+                                : "SELECT " SANDBOX_COLS " FROM sandboxes ORDER BY created_at, id",
+                          err);
+  if (!st) return -1;
+  if (state) bind_text(st, 1, state);
+  size_t cap = 16, len = 0;
+  struct hutch_sandbox_rec *v = xcalloc(cap, sizeof *v);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (len == cap) v = xrealloc(v, (cap *= 2) * sizeof *v);
+    read_sandbox(st, &v[len++]);
+  }
+  int ret = 0;
+  if (rc != SQLITE_DONE) {
+    ret = db_fail(db, err, "list sandboxes");
+    for (size_t i = 0; i < len; i++) hutch_sandbox_rec_free(&v[i]);
+    free(v);
+    v = NULL;
+    len = 0;
+  }
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  *out = v;
+  *n = len;
+  return ret;
+}
+
+static int changed_or_404(struct hutch_db *db, sqlite3_stmt *st, const char *id, hutch_err *err, const char *what) {
+  int rc = sqlite3_step(st), ret = 0;
+  if (rc != SQLITE_DONE) ret = db_fail(db, err, what);
+  else if (sqlite3_changes(db->h) == 0) ret = hutch_err_set(err, 404, "not_found", "`%s` not found", id);
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return ret;
+}
+
+int hutch_db_sandbox_set_state(struct hutch_db *db, const char *id, const char *state, const char *error,
+                               hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "UPDATE sandboxes SET state=?, error=?, updated_at=? WHERE id=?", err);
+  if (!st) return -1;
+  bind_text(st, 1, state);
+  bind_text(st, 2, error);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)now_ms());
+  bind_text(st, 4, id);
+  return changed_or_404(db, st, id, err, "update sandbox state");
+}
+
+int hutch_db_sandbox_set_host(struct hutch_db *db, const char *id, int64_t uid_slot, int64_t shim_pid,
+                              int64_t init_pid, hutch_err *err) {
+  sqlite3_stmt *st =
+      prep(db, "UPDATE sandboxes SET uid_slot=?, shim_pid=?, init_pid=?, updated_at=? WHERE id=?", err);
+  if (!st) return -1;
+  sqlite3_bind_int64(st, 1, uid_slot);
+  sqlite3_bind_int64(st, 2, shim_pid);
+  sqlite3_bind_int64(st, 3, init_pid);
+  sqlite3_bind_int64(st, 4, (sqlite3_int64)now_ms());
+  bind_text(st, 5, id);
+  return changed_or_404(db, st, id, err, "update sandbox host");
+}
+
+int hutch_db_sandbox_delete(struct hutch_db *db, const char *id, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "DELETE FROM sandboxes WHERE id=?", err);
+  if (!st) return -1;
+  bind_text(st, 1, id);
+  return step_done(db, st, err, "delete sandbox");
+}
+
+int64_t hutch_db_sandbox_count(struct hutch_db *db) {
+  hutch_err err = HUTCH_ERR_INIT;
+  sqlite3_stmt *st = prep(db, "SELECT count(*) FROM sandboxes", &err);
+  if (!st) return -1;
+  int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return n;
+}
+
+void hutch_op_rec_free(struct hutch_op_rec *r) {
+  free(r->err_msg);
+  r->err_msg = NULL;
+}
+
+int hutch_db_op_insert(struct hutch_db *db, const struct hutch_op_rec *r, hutch_err *err) {
+  sqlite3_stmt *st =
+      prep(db, "INSERT INTO operations (id, kind, sandbox_id, state, created_at) VALUES (?,?,?,?,?)", err);
+  if (!st) return -1;
+  bind_text(st, 1, r->id);
+  bind_text(st, 2, r->kind);
+  bind_text(st, 3, r->sandbox_id);
+  bind_text(st, 4, r->state);
+  sqlite3_bind_int64(st, 5, (sqlite3_int64)r->created_at);
+  return step_done(db, st, err, "insert operation");
+}
+
+int hutch_db_op_get(struct hutch_db *db, const char *id, struct hutch_op_rec *out, hutch_err *err) {
+  sqlite3_stmt *st = prep(db,
+                          "SELECT id, kind, sandbox_id, state, err_status, err_code, err_msg, created_at, "
+                          "started_at, finished_at FROM operations WHERE id=?",
+                          err);
+  if (!st) return -1;
+  bind_text(st, 1, id);
+  int rc = sqlite3_step(st), ret = 0;
+  if (rc == SQLITE_ROW) {
+    memset(out, 0, sizeof *out);
+    copy_col(out->id, sizeof out->id, st, 0);
+    copy_col(out->kind, sizeof out->kind, st, 1);
+    copy_col(out->sandbox_id, sizeof out->sandbox_id, st, 2);
+    copy_col(out->state, sizeof out->state, st, 3);
+    out->err_status = sqlite3_column_int(st, 4);
+    copy_col(out->err_code, sizeof out->err_code, st, 5);
+    out->err_msg = dup_col(st, 6);
+    out->created_at = (uint64_t)sqlite3_column_int64(st, 7);
+    out->started_at = (uint64_t)sqlite3_column_int64(st, 8);
+    out->finished_at = (uint64_t)sqlite3_column_int64(st, 9);
+  } else if (rc == SQLITE_DONE) {
+    ret = hutch_err_set(err, 404, "not_found", "operation `%s` not found", id);
+  } else {
+    ret = db_fail(db, err, "get operation");
+  }
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return ret;
+}
+
+int hutch_db_op_set_state(struct hutch_db *db, const char *id, const char *state, const hutch_err *failure,
+                          hutch_err *err) {
+  bool finished = !strcmp(state, "succeeded") || !strcmp(state, "failed");
+  sqlite3_stmt *st = prep(db,
+                          "UPDATE operations SET state=?, err_status=?, err_code=?, err_msg=?, "
+                          "started_at=CASE WHEN started_at=0 THEN ? ELSE started_at END, "
+                          "finished_at=? WHERE id=?",
+                          err);
+  if (!st) return -1;
+  uint64_t now = now_ms();
+  bind_text(st, 1, state);
+  sqlite3_bind_int(st, 2, failure ? failure->status : 0);
+  bind_text(st, 3, failure ? failure->code : NULL);
+  bind_text(st, 4, failure ? failure->msg : NULL);
+  sqlite3_bind_int64(st, 5, (sqlite3_int64)now);
+  sqlite3_bind_int64(st, 6, finished ? (sqlite3_int64)now : 0);
+  bind_text(st, 7, id);
+  return changed_or_404(db, st, id, err, "update operation");
+}
+
+int hutch_db_op_fail_unfinished(struct hutch_db *db, const char *message, hutch_err *err) {
+  sqlite3_stmt *st = prep(db,
+                          "UPDATE operations SET state='failed', err_status=500, err_code='internal', err_msg=?, "
+                          "finished_at=? WHERE state IN ('pending','running')",
+                          err);
+  if (!st) return -1;
+  bind_text(st, 1, message);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)now_ms());
+  return step_done(db, st, err, "fail unfinished operations");
+}
+
+int hutch_db_key_insert(struct hutch_db *db, const char *id, const char *name, const char *hash_hex,
+                        hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "INSERT INTO api_keys (id, name, hash, created_at) VALUES (?,?,?,?)", err);
+  if (!st) return -1;
+  bind_text(st, 1, id);
+  bind_text(st, 2, name);
+  bind_text(st, 3, hash_hex);
+  sqlite3_bind_int64(st, 4, (sqlite3_int64)now_ms());
+  return step_done(db, st, err, "insert key");
+}
+
+int hutch_db_key_list(struct hutch_db *db, struct hutch_key_rec **out, size_t *n, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "SELECT id, name, created_at FROM api_keys ORDER BY created_at, id", err);
+  if (!st) return -1;
+  size_t cap = 8, len = 0;
+  struct hutch_key_rec *v = xcalloc(cap, sizeof *v);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    if (len == cap) v = xrealloc(v, (cap *= 2) * sizeof *v);
+    copy_col(v[len].id, sizeof v[len].id, st, 0);
+    copy_col(v[len].name, sizeof v[len].name, st, 1);
+    v[len].created_at = (uint64_t)sqlite3_column_int64(st, 2);
+    len++;
+  }
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  *out = v;
+  *n = len;
+  return 0;
+}
+
+int hutch_db_key_delete(struct hutch_db *db, const char *id, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "DELETE FROM api_keys WHERE id=?", err);
+  if (!st) return -1;
+  bind_text(st, 1, id);
+  return changed_or_404(db, st, id, err, "delete key");
+}
+
+bool hutch_db_key_hash_exists(struct hutch_db *db, const char *hash_hex) {
+  hutch_err err = HUTCH_ERR_INIT;
+  sqlite3_stmt *st = prep(db, "SELECT 1 FROM api_keys WHERE hash=?", &err);
+  if (!st) return false;
+  bind_text(st, 1, hash_hex);
+  bool found = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return found;
+}

@@ -1,0 +1,86 @@
+/* hutchd's state in SQLite (WAL), with a schema version and migrations.
+ *
+ * The database is the source of truth for what hutch has promised: which
+ * sandboxes exist and in which state, every operation and its outcome, API
+ * key hashes.  Runtime facts (processes, cgroups) are reconciled against it
+ * at start-up.
+ *
+ * Thread safety: one connection opened in serialized mode; every function
+ * may be called from any thread.  Records are plain structs the caller owns
+ * (free with the matching *_free).
+ */
+#ifndef HUTCH_DB_H
+#define HUTCH_DB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+struct hutch_db;
+
+#define HUTCH_DB_SCHEMA_VERSION 1
+
+int hutch_db_open(const char *path, struct hutch_db **out, hutch_err *err);
+void hutch_db_close(struct hutch_db *db);
+int hutch_db_schema_version(struct hutch_db *db);
+
+struct hutch_sandbox_rec {
+  char id[64];
+  char state[16];
+  char template_name[64];
+  char runtime[16];
+  char *request;  /* normalized create request (JSON): resources, env, labels, timeout_s */
+  char *error;    /* NULL unless state is error */
+  int64_t uid_slot; /* -1 when none */
+  int64_t shim_pid, init_pid;
+  uint64_t created_at, updated_at, expires_at; /* ms since epoch */
+};
+void hutch_sandbox_rec_free(struct hutch_sandbox_rec *r);
+
+int hutch_db_sandbox_insert(struct hutch_db *db, const struct hutch_sandbox_rec *r, hutch_err *err);
+/* 404 not_found when absent. */
+int hutch_db_sandbox_get(struct hutch_db *db, const char *id, struct hutch_sandbox_rec *out, hutch_err *err);
+/* All sandboxes (optionally only those in `state`), oldest first.  *out is
+ * an array of *n records; free each and the array. */
+int hutch_db_sandbox_list(struct hutch_db *db, const char *state, struct hutch_sandbox_rec **out, size_t *n,
+                          hutch_err *err);
+int hutch_db_sandbox_set_state(struct hutch_db *db, const char *id, const char *state, const char *error,
+                               hutch_err *err);
+int hutch_db_sandbox_set_host(struct hutch_db *db, const char *id, int64_t uid_slot, int64_t shim_pid,
+                              int64_t init_pid, hutch_err *err);
+int hutch_db_sandbox_delete(struct hutch_db *db, const char *id, hutch_err *err);
+int64_t hutch_db_sandbox_count(struct hutch_db *db);
+
+struct hutch_op_rec {
+  char id[64];
+  char kind[16];
+  char sandbox_id[64];
+  char state[16]; /* pending | running | succeeded | failed */
+  int err_status;
+  char err_code[40];
+  char *err_msg;
+  uint64_t created_at, started_at, finished_at;
+};
+void hutch_op_rec_free(struct hutch_op_rec *r);
+
+int hutch_db_op_insert(struct hutch_db *db, const struct hutch_op_rec *r, hutch_err *err);
+int hutch_db_op_get(struct hutch_db *db, const char *id, struct hutch_op_rec *out, hutch_err *err);
+int hutch_db_op_set_state(struct hutch_db *db, const char *id, const char *state, const hutch_err *failure,
+                          hutch_err *err);
+/* Operations left pending/running by a previous hutchd process. */
+int hutch_db_op_fail_unfinished(struct hutch_db *db, const char *message, hutch_err *err);
+
+struct hutch_key_rec {
+  char id[64];
+  char name[128];
+  uint64_t created_at;
+};
+int hutch_db_key_insert(struct hutch_db *db, const char *id, const char *name, const char *hash_hex,
+                        hutch_err *err);
+int hutch_db_key_list(struct hutch_db *db, struct hutch_key_rec **out, size_t *n, hutch_err *err);
+int hutch_db_key_delete(struct hutch_db *db, const char *id, hutch_err *err);
+/* true when a key with this hash exists. */
+bool hutch_db_key_hash_exists(struct hutch_db *db, const char *hash_hex);
+
+#endif

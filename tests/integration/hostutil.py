@@ -1,0 +1,398 @@
+"""Host-side helpers for the integration tests: processes, cgroups, mounts,
+the leak snapshot, bounded waiting.  Stdlib only; Linux only; run as root."""
+
+import errno
+import os
+import socket
+import sqlite3
+import subprocess
+import time
+
+HUTCH_PROCESS_NAMES = ("hutch-shim", "hutch-init")
+# The controllers hutch uses on cgroup v1 (docs: memory, pids, cpu, freezer).
+V1_CONTROLLERS = ("memory", "pids", "cpu", "freezer")
+
+
+def must_work():
+    return os.environ.get("HUTCH_MUST_WORK") == "1"
+
+
+def skip_or_fail(msg):
+    """A host feature is missing: skip, unless HUTCH_MUST_WORK=1 (CI)."""
+    import pytest
+
+    if must_work():
+        pytest.fail("HUTCH_MUST_WORK=1 and: " + msg)
+    pytest.skip(msg)
+
+
+def wait_until(fn, timeout, interval=0.05, what="condition"):
+    """Poll fn() until it returns a truthy value or `timeout` seconds pass.
+    Returns the last value (falsy on timeout); never waits longer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- processes ---------------------------------------------------------------
+
+
+def read_file(path, mode="r"):
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        return None
+    except OSError as e:
+        if e.errno in (errno.ESRCH, errno.ENOENT, errno.EINVAL):
+            return None
+        raise
+
+
+def proc_cmdline(pid):
+    raw = read_file("/proc/%d/cmdline" % pid, "rb")
+    if raw is None:
+        return None
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def proc_state(pid):
+    """The one-letter state of /proc/<pid>/stat, or None if gone."""
+    st = read_file("/proc/%d/stat" % pid)
+    if st is None:
+        return None
+    return st[st.rindex(")") + 2]
+
+
+def proc_alive(pid):
+    """True if the process exists and is not a zombie."""
+    s = proc_state(pid)
+    return s is not None and s not in ("Z", "X")
+
+
+def proc_status_ids(pid, field):
+    """Uid/Gid line of /proc/<pid>/status as a list of 4 ints."""
+    st = read_file("/proc/%d/status" % pid)
+    if st is None:
+        return None
+    for line in st.splitlines():
+        if line.startswith(field + ":"):
+            return [int(x) for x in line.split()[1:]]
+    return None
+
+
+def all_pids():
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def hutch_processes():
+    """{pid: 'argv0 args…'} for every hutch-shim / hutch-init process on the
+    host (by argv[0] or by executable), zombies included."""
+    out = {}
+    for pid in all_pids():
+        argv = proc_cmdline(pid)
+        try:
+            exe = os.readlink("/proc/%d/exe" % pid)
+        except OSError:
+            exe = ""
+        names = [os.path.basename(argv[0]) if argv else "", os.path.basename(exe)]
+        if any(n.startswith(h) for n in names for h in HUTCH_PROCESS_NAMES):
+            out[pid] = " ".join(argv or [exe or "?"])[:300]
+    return out
+
+
+def kill_pid(pid, sig=9):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+# -- cgroups -----------------------------------------------------------------
+
+
+def mountinfo():
+    """Parsed /proc/self/mountinfo: list of dicts (mount_point, fstype, source, super_opts)."""
+    res = []
+    for line in read_file("/proc/self/mountinfo").splitlines():
+        left, _, right = line.partition(" - ")
+        lf = left.split()
+        rf = right.split()
+        res.append({
+            "id": lf[0],
+            "root": _unescape(lf[3]),
+            "mount_point": _unescape(lf[4]),
+            "fstype": rf[0] if rf else "",
+            "source": _unescape(rf[1]) if len(rf) > 1 else "",
+            "super_opts": rf[2] if len(rf) > 2 else "",
+            "line": line,
+        })
+    return res
+
+
+def _unescape(s):
+    return s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def cgroup_hierarchies():
+    """[(mount_point, 'v1'|'v2', set(controllers))] of mounted cgroup hierarchies."""
+    res = []
+    for m in mountinfo():
+        if m["fstype"] == "cgroup2":
+            res.append((m["mount_point"], "v2", set()))
+        elif m["fstype"] == "cgroup":
+            opts = set(m["super_opts"].split(","))
+            res.append((m["mount_point"], "v1", opts))
+    return res
+
+
+def host_cgroup_version():
+    """'v2' if /sys/fs/cgroup itself is cgroup2, else 'v1' (legacy or hybrid)."""
+    for m in mountinfo():
+        if m["mount_point"] == "/sys/fs/cgroup":
+            return "v2" if m["fstype"] == "cgroup2" else "v1"
+    return "v1"
+
+
+def instance_cgroup_parents(instance):
+    """Every existing hutch-<instance> directory in every cgroup hierarchy
+    (at the root of the hierarchy or one level below)."""
+    name = "hutch-" + instance
+    found = []
+    for mp, _, _ in cgroup_hierarchies():
+        cand = [os.path.join(mp, name)]
+        try:
+            for e in os.listdir(mp):
+                p = os.path.join(mp, e)
+                if os.path.isdir(p) and not e.startswith("hutch-"):
+                    cand.append(os.path.join(p, name))
+        except OSError:
+            pass
+        found.extend(c for c in cand if os.path.isdir(c))
+    return sorted(set(found))
+
+
+def instance_cgroup_dirs(instance):
+    """All directories below the hutch-<instance> parents (the sandboxes'
+    cgroups and anything under them), as absolute paths."""
+    out = []
+    for parent in instance_cgroup_parents(instance):
+        for dirpath, dirnames, _ in os.walk(parent):
+            for d in dirnames:
+                out.append(os.path.join(dirpath, d))
+    return sorted(out)
+
+
+def sandbox_cgroup_dir(instance, sid, controller, version=None):
+    """Path of a sandbox's cgroup in the hierarchy of `controller` per the
+    documented layout: /sys/fs/cgroup/<ctrl>/hutch-<instance>/<id> on v1,
+    /sys/fs/cgroup/hutch-<instance>/<id> on v2."""
+    version = version or host_cgroup_version()
+    if version == "v2":
+        return "/sys/fs/cgroup/hutch-%s/%s" % (instance, sid)
+    return "/sys/fs/cgroup/%s/hutch-%s/%s" % (controller, instance, sid)
+
+
+def sandbox_cgroup_dirs_existing(instance, sid):
+    return [d for d in instance_cgroup_dirs(instance) if os.path.basename(d) == sid]
+
+
+def cgroup_procs(path):
+    """Pids in the cgroup directory `path` and every cgroup below it."""
+    pids = set()
+    for dirpath, _, files in os.walk(path):
+        txt = read_file(os.path.join(dirpath, "cgroup.procs"))
+        if txt:
+            pids.update(int(x) for x in txt.split())
+    return pids
+
+
+def instance_cgroup_procs(instance):
+    pids = set()
+    for parent in instance_cgroup_parents(instance):
+        pids |= cgroup_procs(parent)
+    return pids
+
+
+# -- mounts, loop devices, rows ------------------------------------------------
+
+
+def mounts_under(paths):
+    """Sorted 'mount_point fstype source' for mounts that mention any of `paths`."""
+    out = []
+    for m in mountinfo():
+        for p in paths:
+            if p in m["mount_point"] or p in m["source"] or p in m["root"]:
+                out.append("%s %s %s" % (m["mount_point"], m["fstype"], m["source"]))
+                break
+    return sorted(out)
+
+
+def loop_devices_under(path):
+    out = []
+    base = "/sys/block"
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return out
+    for n in names:
+        if not n.startswith("loop"):
+            continue
+        bf = read_file(os.path.join(base, n, "loop", "backing_file"))
+        if bf and path in bf:
+            out.append("%s %s" % (n, bf.strip()))
+    return sorted(out)
+
+
+def db_count(db_path, table="sandboxes"):
+    """SELECT count(*) FROM table, read-only; a string describing the error
+    if the database cannot be read (so that a snapshot still compares)."""
+    if not os.path.exists(db_path):
+        return "missing:" + db_path
+    try:
+        con = sqlite3.connect("file:%s?mode=ro" % db_path, uri=True, timeout=10)
+        try:
+            return con.execute("SELECT count(*) FROM %s" % table).fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        return "error:%s" % e
+
+
+def db_file_bytes(data_dir):
+    """Concatenated bytes of state.db and its -wal/-journal files."""
+    out = b""
+    for suffix in ("", "-wal", "-journal", "-shm"):
+        p = os.path.join(data_dir, "state.db" + suffix)
+        b = read_file(p, "rb")
+        if b:
+            out += b
+    return out
+
+
+# -- the leak snapshot ---------------------------------------------------------
+
+
+def snapshot(d):
+    """Host resources that belong to hutchd instance `d` (a daemon.Hutchd),
+    as a dict of comparable values."""
+    s = {}
+    s["cgroups"] = instance_cgroup_dirs(d.instance)
+    sb = os.path.join(d.data_dir, "sandboxes")
+    try:
+        s["sandbox_dirs"] = sorted(os.listdir(sb))
+    except FileNotFoundError:
+        s["sandbox_dirs"] = []
+    run = []
+    for dirpath, dirnames, files in os.walk(d.run_dir):
+        for n in dirnames + files:
+            run.append(os.path.relpath(os.path.join(dirpath, n), d.run_dir))
+    s["run_dir"] = sorted(run)
+    procs = hutch_processes()
+    for pid in instance_cgroup_procs(d.instance):
+        if pid not in procs:
+            argv = proc_cmdline(pid)
+            procs[pid] = "(in cgroup) " + " ".join(argv or ["?"])[:300]
+    s["processes"] = sorted("%d %s" % kv for kv in procs.items())
+    s["mounts"] = mounts_under([d.data_dir, d.run_dir])
+    s["loop_devices"] = loop_devices_under(d.data_dir)
+    try:
+        r = d.client().list()
+        s["api_sandboxes"] = sorted(x["id"] for x in r.json["sandboxes"]) if r.status == 200 else \
+            "status %d" % r.status
+    except Exception as e:  # the comparison then shows the failure
+        s["api_sandboxes"] = "error: %r" % (e,)
+    s["db_sandbox_rows"] = db_count(os.path.join(d.data_dir, "state.db"))
+    return s
+
+
+def snapshot_diff(before, after):
+    lines = []
+    for k in before:
+        b, a = before[k], after.get(k)
+        if b == a:
+            continue
+        if isinstance(b, list) and isinstance(a, list):
+            added = [x for x in a if x not in b]
+            gone = [x for x in b if x not in a]
+            lines.append("%s: +%r -%r" % (k, added, gone))
+        else:
+            lines.append("%s: %r -> %r" % (k, b, a))
+    return "\n".join(lines)
+
+
+class Leaks:
+    """`before = leaks.snapshot(d)`; …; `leaks.assert_same(before, d)`."""
+
+    def snapshot(self, d):
+        return snapshot(d)
+
+    def assert_same(self, before, d, timeout=5.0):
+        """Asserts that the resources equal `before`, allowing `timeout`
+        seconds for asynchronous exits (a detached shim's final exit)."""
+        after = wait_until(lambda: (lambda s: s if s == before else None)(snapshot(d)), timeout,
+                           interval=0.1)
+        if after is None:
+            after = snapshot(d)
+            assert after == before, "host resources leaked (after vs before):\n" + \
+                snapshot_diff(before, after)
+        return after
+
+
+# -- cleanup -------------------------------------------------------------------
+
+
+def umount_lazy(path):
+    subprocess.run(["umount", "-l", path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=20)
+
+
+def safe_rmtree(path):
+    """rm -rf that never crosses into another file system (a leftover bind
+    mount of the host's /usr must not be emptied).  Returns True if `path`
+    is gone."""
+    try:
+        dev = os.lstat(path).st_dev
+    except FileNotFoundError:
+        return True
+
+    def rm(p):
+        ok = True
+        try:
+            it = list(os.scandir(p))
+        except OSError:
+            return False
+        for e in it:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    if e.stat(follow_symlinks=False).st_dev != dev or os.path.ismount(e.path):
+                        ok = False
+                        continue
+                    if rm(e.path):
+                        os.rmdir(e.path)
+                    else:
+                        ok = False
+                else:
+                    os.unlink(e.path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                ok = False
+        return ok
+
+    if rm(path):
+        try:
+            os.rmdir(path)
+            return True
+        except OSError:
+            return False
+    return False
