@@ -11,6 +11,8 @@
 
 #include "common/util.h"
 
+#define STAGING "/tmp"
+
 static int do_mount(const char *src, const char *dst, const char *type, unsigned long flags, const char *data,
                     hutch_err *err) {
   if (mount(src, dst, type, flags, data) < 0)
@@ -66,8 +68,13 @@ static int setup_dev(hutch_err *err) {
 int hutch_mounts_setup_root(const struct hutch_rootfs_plan *plan, hutch_err *err) {
   /* Nothing below may propagate back to the host's mount namespace. */
   if (do_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL, err) < 0) return -1;
-  if (attach(plan->rootfs_fd, plan->target, err) < 0) return -1;
-  if (chdir(plan->target) < 0) return hutch_err_sys(err, errno, "chdir `%s`", plan->target);
+  /* Sandbox root cannot traverse the host path of its own rootfs (the data
+   * directory is 0700 root), so assemble on a private staging tmpfs, as
+   * bubblewrap does; it disappears with the old root. */
+  if (do_mount("tmpfs", STAGING, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16k,nr_inodes=16", err) < 0)
+    return -1;
+  if (ensure_dir(STAGING "/root", 0755, err) < 0 || attach(plan->rootfs_fd, STAGING "/root", err) < 0) return -1;
+  if (chdir(STAGING "/root") < 0) return hutch_err_sys(err, errno, "chdir `%s`", STAGING "/root");
   if (plan->usr_fd >= 0) {
     if (ensure_dir("usr", 0755, err) < 0 || attach(plan->usr_fd, "usr", err) < 0) return -1;
   }

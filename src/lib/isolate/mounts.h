@@ -9,7 +9,6 @@
 #include "common/err.h"
 
 struct hutch_rootfs_plan {
-  const char *target;  /* host path where the root is assembled (the rootfs dir) */
   int rootfs_fd;       /* idmapped detached mount of the writable rootfs */
   int usr_fd;          /* idmapped read-only detached mount for /usr, or -1 */
   uint64_t tmp_bytes;  /* size of /tmp (tmpfs); 0 = 64 MiB */

@@ -115,7 +115,7 @@ static __attribute__((noreturn)) void child_main(const struct hutch_sandbox_spec
   }
   if (hutch_netns_loopback_up(&err) < 0) goto fail;
   struct hutch_rootfs_plan plan = {
-      .target = spec->rootfs, .rootfs_fd = fds[0], .usr_fd = fds[1], .tmp_bytes = spec->tmp_bytes};
+      .rootfs_fd = fds[0], .usr_fd = fds[1], .tmp_bytes = spec->tmp_bytes};
   if (fds[1] < 0 || spec->usr_src == NULL) plan.usr_fd = -1;
   if (hutch_mounts_setup_root(&plan, &err) < 0) goto fail;
   close(fds[0]);
@@ -221,8 +221,16 @@ static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runt
   if (hutch_cgroup_attach(spec->instance, spec->id, pid, err) < 0) goto fail;
   {
     char path[64];
+    /* Spare hutch-init from the OOM killer so a memory hog kills the hog,
+     * not the sandbox.  Needs CAP_SYS_RESOURCE, which some hosts (containers)
+     * withhold: then init is merely small, and if it is killed anyway the
+     * shim reports the sandbox as failed. */
     snprintf(path, sizeof path, "/proc/%d/oom_score_adj", (int)pid);
-    if (write_file_str(path, "-1000", err) < 0) goto fail;
+    hutch_err oerr = HUTCH_ERR_INIT;
+    if (write_file_str(path, "-1000", &oerr) < 0 && oerr.errnum != EACCES && oerr.errnum != EPERM) {
+      *err = oerr;
+      goto fail;
+    }
     snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
     userns_fd = open(path, O_RDONLY | O_CLOEXEC);
     if (userns_fd < 0) {
