@@ -68,7 +68,6 @@ class Hutchd:
         self.health = None
         self.starts = 0
         self.cleaned = False
-        self.preexisting = set()
         Hutchd.registry.append(self)
 
     # -- process -----------------------------------------------------------
@@ -102,8 +101,6 @@ class Hutchd:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
                                          env=env, start_new_session=True, cwd="/")
         self.expect_exit = False
-        if self.starts == 1:
-            self.preexisting = set(hostutil.hutch_processes())
         self.wait_ready(timeout)
         return self
 
@@ -232,15 +229,6 @@ class Hutchd:
         self.cleanup_host()
         return problems
 
-    def markers(self):
-        """Strings that identify this instance in a process's command line."""
-        m = [self.root] + ([self.instance] if self.instance else [])
-        try:
-            m += os.listdir(os.path.join(self.data_dir, "sandboxes"))
-        except OSError:
-            pass
-        return m
-
     def cleanup_host(self):
         """Best-effort removal of everything this instance may have left.
         Only processes that belong to this instance are killed, by pid."""
@@ -248,30 +236,8 @@ class Hutchd:
             return
         self.cleaned = True
         inst = self.instance
-        markers = self.markers()
-        others = [d for d in Hutchd.registry if d is not self and d.alive()]
-        other_markers = [m for d in others for m in d.markers()]
-        other_pids = set()
-        for d in others:
-            if d.instance:
-                other_pids |= hostutil.instance_cgroup_procs(d.instance)
-            try:
-                r = d.client(timeout=10).list()
-                for sb in (r.json or {}).get("sandboxes", []):
-                    h = sb.get("host") or {}
-                    other_pids |= {h.get("shim_pid"), h.get("init_pid")}
-            except OSError:
-                pass
         for _ in range(3):
-            victims = set()
-            if inst:
-                victims |= hostutil.instance_cgroup_procs(inst)
-            for pid, cmd in hostutil.hutch_processes().items():
-                if any(m in cmd for m in markers):
-                    victims.add(pid)
-                elif (pid not in self.preexisting and pid not in other_pids
-                      and not any(m in cmd for m in other_markers)):
-                    victims.add(pid)  # appeared while this daemon ran, no other owner
+            victims = set(hostutil.instance_processes(self))
             victims.discard(os.getpid())
             if not victims:
                 break

@@ -110,6 +110,46 @@ def hutch_processes():
     return out
 
 
+def proc_ppid(pid):
+    st = read_file("/proc/%d/stat" % pid)
+    if st is None:
+        return None
+    return int(st[st.rindex(")") + 2:].split()[1])
+
+
+def instance_processes(d):
+    """{pid: description} of the processes that belong to hutchd instance
+    `d`: hutch-shim/hutch-init processes whose command line names the
+    instance (its temporary root or instance id), everything in the
+    instance's cgroups, every descendant of those, and hutch-shim/hutch-init
+    descendants of hutchd.  Other hutch instances on the host (a developer's
+    own daemon) are never counted."""
+    named = hutch_processes()
+    markers = [d.root] + ([d.instance] if d.instance else [])
+    marked = {pid for pid, cmd in named.items() if any(m in cmd for m in markers)}
+    if d.instance:
+        marked |= instance_cgroup_procs(d.instance)
+    parents = {}
+    for pid in all_pids():
+        pp = proc_ppid(pid)
+        if pp is not None:
+            parents[pid] = pp
+    out = {}
+    for pid in parents:
+        chain, p = [], pid
+        for _ in range(64):
+            if p is None or p <= 1:
+                break
+            chain.append(p)
+            p = parents.get(p)
+        if pid in marked or any(a in marked for a in chain[1:]):
+            out[pid] = named.get(pid) or "(descendant) " + " ".join(proc_cmdline(pid) or ["?"])[:300]
+        elif pid in named and d.pid is not None and d.pid in chain[1:]:
+            out[pid] = named[pid]
+    out.pop(d.pid, None)
+    return out
+
+
 def kill_pid(pid, sig=9):
     try:
         os.kill(pid, sig)
@@ -297,11 +337,7 @@ def snapshot(d):
         for n in dirnames + files:
             run.append(os.path.relpath(os.path.join(dirpath, n), d.run_dir))
     s["run_dir"] = sorted(run)
-    procs = hutch_processes()
-    for pid in instance_cgroup_procs(d.instance):
-        if pid not in procs:
-            argv = proc_cmdline(pid)
-            procs[pid] = "(in cgroup) " + " ".join(argv or ["?"])[:300]
+    procs = instance_processes(d)
     s["processes"] = sorted("%d %s" % kv for kv in procs.items())
     s["mounts"] = mounts_under([d.data_dir, d.run_dir])
     s["loop_devices"] = loop_devices_under(d.data_dir)

@@ -215,8 +215,7 @@ static bool content_type_ok(struct MHD_Connection *conn) {
   const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
   if (!ct || !*ct) return true;
   /* curl -d sends form-urlencoded unless told otherwise; the body is JSON. */
-  return !strncasecmp(ct, "application/json", 16) || !strncasecmp(ct, "application/x-www-form-urlencoded", 33) ||
-         !strncasecmp(ct, "text/plain", 10);
+  return !strncasecmp(ct, "application/json", 16) || !strncasecmp(ct, "application/x-www-form-urlencoded", 33);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,

@@ -278,7 +278,7 @@ void hutch_h_sandbox_exec(struct hutch_req *req, struct hutch_resp *resp) {
       .stdin_len = in ? strlen(in) : 0,
       .max_output = (size_t)max_out,
   };
-  struct hutch_exec_result r;
+  struct hutch_exec_result r = {0};
   if (hutch_lc_exec(req->ctx, req->params[0], &o, &r, &err) < 0) {
     hutch_exec_result_free(&r);
     goto fail;

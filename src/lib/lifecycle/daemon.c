@@ -381,6 +381,7 @@ int hutch_lc_wait(struct hutch_ctx *ctx, const char *op_id, uint64_t timeout_ms,
 
 int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_exec_opts *o,
                   struct hutch_exec_result *res, hutch_err *err) {
+  memset(res, 0, sizeof *res);
   struct hutch_sandbox_rec r;
   if (hutch_db_sandbox_get(ctx->db, sb_id, &r, err) < 0) return -1;
   if (strcmp(r.state, "running")) {
