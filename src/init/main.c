@@ -101,6 +101,8 @@ static void finish_cmd(int slot) {
   cmds[slot] = NULL;
 }
 
+enum { SPAWN_STEP_STDIO = 1, SPAWN_STEP_CREDS, SPAWN_STEP_CWD, SPAWN_STEP_EXEC };
+
 static void child_exec(const struct hutch_spawn *sp, int out_w, int err_w, int in_r, int errpipe) {
   sigset_t all;
   sigemptyset(&all);
@@ -114,16 +116,20 @@ static void child_exec(const struct hutch_spawn *sp, int out_w, int err_w, int i
     (void)!write(fd, "0", 1);
     close(fd);
   }
+  int step = SPAWN_STEP_STDIO;
   if (in_r < 0) in_r = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (in_r < 0 || dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) goto fail;
+  step = SPAWN_STEP_CREDS;
   if (sp->gid && (setgroups(0, NULL) < 0 || setresgid(sp->gid, sp->gid, sp->gid) < 0)) goto fail;
   if (sp->uid && setresuid(sp->uid, sp->uid, sp->uid) < 0) goto fail;
+  step = SPAWN_STEP_CWD;
   if (sp->cwd && chdir(sp->cwd) < 0) goto fail;
+  step = SPAWN_STEP_EXEC;
   environ = (char **)sp->envp;
   execvp(sp->argv[0], (char *const *)sp->argv);
 fail:;
-  int e = errno;
-  (void)!write(errpipe, &e, sizeof e);
+  int report[2] = {step, errno};
+  (void)!write(errpipe, report, sizeof report);
   _exit(127);
 }
 
@@ -169,14 +175,17 @@ static void do_spawn(uint32_t id, const unsigned char *payload, size_t len) {
   close(errp[1]);
   close(ep[1]);
   if (in[0] >= 0) close(in[0]);
-  int child_errno = 0;
-  if (pid > 0 && read_full(ep[0], &child_errno, sizeof child_errno) != (ssize_t)sizeof child_errno)
-    child_errno = 0;
+  int report[2] = {0, 0};
+  if (pid > 0 && read_full(ep[0], report, sizeof report) != (ssize_t)sizeof report) report[1] = 0;
   close(ep[0]);
-  if (pid < 0 || child_errno) {
-    int e = pid < 0 ? fork_errno : child_errno;
+  if (pid < 0 || report[1]) {
+    int e = pid < 0 ? fork_errno : report[1];
     char msg[512];
-    snprintf(msg, sizeof msg, "%s `%s`: %s", pid < 0 ? "fork" : "exec", sp.argv[0], strerror(e));
+    if (pid < 0) snprintf(msg, sizeof msg, "fork: %s", strerror(e));
+    else if (report[0] == SPAWN_STEP_CWD) snprintf(msg, sizeof msg, "chdir `%s`: %s", sp.cwd, strerror(e));
+    else if (report[0] == SPAWN_STEP_CREDS) snprintf(msg, sizeof msg, "set uid/gid %u/%u: %s", sp.uid, sp.gid, strerror(e));
+    else if (report[0] == SPAWN_STEP_STDIO) snprintf(msg, sizeof msg, "set up stdio: %s", strerror(e));
+    else snprintf(msg, sizeof msg, "exec `%s`: %s", sp.argv[0], strerror(e));
     if (pid > 0) waitpid(pid, NULL, 0);
     close(out[0]);
     close(errp[0]);

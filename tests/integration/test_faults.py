@@ -41,6 +41,9 @@ def test_failed_create_wait_leaves_nothing(faulty, leaks):
     r = c.create(wait=True, labels={"fault": faulty.fault})
     err = _check_5xx(r)
     assert err["code"] in ("internal", "unavailable"), err
+    # The create failed at the injected point (not for some other reason),
+    # and the message carries the chain of causes.
+    assert faulty.fault in err["message"], err
     leaks.assert_same(before, faulty)
     assert c.list(labels=["fault=" + faulty.fault]).json["sandboxes"] == []
     assert faulty.alive() and c.healthz().status == 200
@@ -55,7 +58,7 @@ def test_failed_create_async_operation_fails_and_leaves_nothing(faulty, leaks):
     o = c.operation(oid, wait=60)
     assert o.status == 200, o
     assert o.json["state"] == "failed", o
-    assert isinstance(o.json["error"], dict) and o.json["error"]["message"], o
+    assert isinstance(o.json["error"], dict) and faulty.fault in o.json["error"]["message"], o
     assert o.json["sandbox_id"] == sid
     leaks.assert_same(before, faulty)
     check_error(c.get(sid), 404, "not_found")
@@ -65,7 +68,7 @@ def test_repeated_failures_do_not_accumulate(faulty, leaks):
     c = faulty.client()
     before = leaks.snapshot(faulty)
     for _ in range(3):
-        _check_5xx(c.create(wait=True))
+        assert faulty.fault in _check_5xx(c.create(wait=True))["message"]
     leaks.assert_same(before, faulty)
 
 
@@ -76,7 +79,8 @@ def test_snapshot_sees_a_real_sandbox(hutchd, api, leaks):
     sb = api.create_ok()
     during = leaks.snapshot(hutchd)
     try:
-        for k in ("cgroups", "sandbox_dirs", "processes", "api_sandboxes", "db_sandbox_rows"):
+        for k in ("cgroups", "sandbox_dirs", "run_dir", "processes", "api_sandboxes",
+                  "db_sandbox_rows"):
             assert during[k] != before[k], "snapshot category %s does not see a sandbox" % k
     finally:
         assert api.delete(sb["id"]).status == 200

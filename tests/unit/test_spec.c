@@ -1,0 +1,227 @@
+/* The sandbox spec (src/lib/runtime/spec.c): hutchd writes it as
+ * config.json and hutch-shim parses it back, validating every field. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "runtime/runtime.h"
+#include "tap.h"
+
+/* A test for a known bug: reported as TODO, so it does not fail the run;
+ * prove says "TODO passed" once the bug is fixed (then make it an ok()). */
+#define todo_ok(cond, why, ...)                                  \
+  do {                                                           \
+    int todo_ = !!(cond);                                        \
+    tap_n++;                                                     \
+    printf("%sok %d - ", todo_ ? "" : "not ", tap_n);            \
+    printf(__VA_ARGS__);                                         \
+    printf(" # TODO %s\n", why);                                \
+  } while (0)
+
+static void fill(struct hutch_sandbox_spec *s) {
+  memset(s, 0, sizeof *s);
+  s->id = xstrdup("sb_abcdefghijklmnopqrst");
+  s->instance = xstrdup("test");
+  s->runtime = xstrdup("native");
+  s->rootfs = xstrdup("/var/lib/hutch/sandboxes/sb_x/root");
+  s->usr_src = xstrdup("/usr");
+  s->init_path = xstrdup("/usr/libexec/hutch/hutch-init");
+  s->hostname = xstrdup("sandbox \"quoted\" \xc3\xa9");
+  s->uid_base = 100000;
+  s->uid_count = 65536;
+  s->limits.memory_bytes = 512ull << 20;
+  s->limits.pids = 256;
+  s->limits.cpu_millis = 1500;
+  s->tmp_bytes = 64ull << 20;
+}
+
+static int same_str(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
+
+static int same(const struct hutch_sandbox_spec *a, const struct hutch_sandbox_spec *b) {
+  return same_str(a->id, b->id) && same_str(a->instance, b->instance) && same_str(a->runtime, b->runtime) &&
+         same_str(a->rootfs, b->rootfs) && same_str(a->usr_src, b->usr_src) &&
+         same_str(a->init_path, b->init_path) && same_str(a->hostname, b->hostname) && a->uid_base == b->uid_base &&
+         a->uid_count == b->uid_count && a->limits.memory_bytes == b->limits.memory_bytes &&
+         a->limits.pids == b->limits.pids && a->limits.cpu_millis == b->limits.cpu_millis &&
+         a->tmp_bytes == b->tmp_bytes;
+}
+
+/* Serialise the reference spec, let `edit` change the JSON object, and
+ * return the text (caller frees). */
+static char *edited(void (*edit)(json_t *o, const char *key, json_t *val), const char *key, json_t *val) {
+  struct hutch_sandbox_spec s;
+  fill(&s);
+  char *text = hutch_spec_to_json(&s);
+  hutch_spec_free(&s);
+  json_t *o = json_loads(text, 0, NULL);
+  free(text);
+  edit(o, key, val);
+  char *out = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  return out;
+}
+static void set_member(json_t *o, const char *key, json_t *val) { json_object_set_new(o, key, val); }
+static void del_member(json_t *o, const char *key, json_t *val) { json_object_del(o, key); }
+
+static void expect_reject(const char *text, const char *what) {
+  struct hutch_sandbox_spec s;
+  hutch_err err = HUTCH_ERR_INIT;
+  int r = hutch_spec_from_json(text, &s, &err);
+  is_int(r, -1, "rejects %s", what);
+  ok(err.status == 400 && !strcmp(err.code, "invalid_argument") && !strncmp(err.msg, "sandbox spec: ", 14),
+     "... 400 invalid_argument \"%s\"", err.msg);
+  ok(s.id == NULL && s.rootfs == NULL && s.usr_src == NULL, "... nothing allocated");
+  if (r == 0) hutch_spec_free(&s);
+}
+
+static void expect_accept(const char *text, const char *what, struct hutch_sandbox_spec *keep) {
+  struct hutch_sandbox_spec s;
+  hutch_err err = HUTCH_ERR_INIT;
+  int r = hutch_spec_from_json(text, &s, &err);
+  is_int(r, 0, "accepts %s", what);
+  if (r < 0) printf("#   %s\n", err.msg);
+  if (r == 0 && keep) *keep = s;
+  else if (r == 0) hutch_spec_free(&s);
+}
+
+static void test_round_trip(void) {
+  struct hutch_sandbox_spec a, b;
+  fill(&a);
+  char *text = hutch_spec_to_json(&a);
+  ok(text != NULL, "to_json produces text");
+  hutch_err err = HUTCH_ERR_INIT;
+  is_int(hutch_spec_from_json(text, &b, &err), 0, "from_json parses it back");
+  ok(same(&a, &b), "every field round trips");
+  hutch_spec_free(&b);
+  free(text);
+
+  /* Extremes of each numeric range. */
+  a.uid_base = 0xffffffffu;
+  a.uid_count = 1;
+  a.limits.memory_bytes = 0;
+  a.limits.pids = 0;
+  a.limits.cpu_millis = 1000000;
+  a.tmp_bytes = (uint64_t)INT64_MAX;
+  text = hutch_spec_to_json(&a);
+  memset(&b, 0, sizeof b);
+  is_int(hutch_spec_from_json(text, &b, &err), 0, "extreme values parse");
+  ok(same(&a, &b), "extreme values round trip (uid_base 2^32-1, cpu 10^6, tmp INT64_MAX)");
+  hutch_spec_free(&b);
+  free(text);
+  hutch_spec_free(&a);
+  ok(a.id == NULL && a.usr_src == NULL, "spec_free clears the struct");
+  hutch_spec_free(&a); /* twice is harmless */
+
+  /* usr_src is optional: absent in the JSON. */
+  char *no_usr = edited(del_member, "usr_src", NULL);
+  memset(&b, 0, sizeof b);
+  expect_accept(no_usr, "a spec without usr_src", &b);
+  ok(b.usr_src == NULL, "absent usr_src parses as NULL");
+  ok(b.id && !strcmp(b.id, "sb_abcdefghijklmnopqrst"), "other fields still parsed");
+  hutch_spec_free(&b);
+  free(no_usr);
+
+  /* usr_src NULL through the whole round trip: what hutchd writes for every
+   * template but `host` (daemon.c).  to_json writes "usr_src": null ("s:s?")
+   * and from_json's "s?s" refuses null, so the shim cannot read the config.
+   * Known bug (spec.c:21), marked TODO until fixed. */
+  fill(&a);
+  free(a.usr_src);
+  a.usr_src = NULL;
+  text = hutch_spec_to_json(&a);
+  ok(text != NULL, "to_json with usr_src NULL");
+  memset(&b, 0, sizeof b);
+  hutch_err_clear(&err);
+  int r = text ? hutch_spec_from_json(text, &b, &err) : -1;
+  todo_ok(r == 0 && same(&a, &b), "spec.c:21 writes usr_src null, from_json rejects it",
+          "usr_src NULL round trips through to_json/from_json");
+  if (r < 0) printf("#   text %s\n#   error %s\n", text ? text : "(null)", err.msg);
+  if (r == 0) hutch_spec_free(&b);
+  free(text);
+  hutch_spec_free(&a);
+}
+
+static const char *const required[] = {"id",        "instance", "runtime", "rootfs",       "init_path",
+                                       "hostname",  "uid_base", "uid_count", "memory_bytes", "pids",
+                                       "cpu_millis", "tmp_bytes", NULL};
+
+static void test_rejects(void) {
+  char *t;
+  t = edited(set_member, "extra", json_integer(1));
+  expect_reject(t, "an unknown field (JSON_STRICT)");
+  free(t);
+  t = edited(set_member, "Hostname", json_string("x"));
+  expect_reject(t, "a field differing only in case");
+  free(t);
+
+  for (size_t i = 0; required[i]; i++) {
+    t = edited(del_member, required[i], NULL);
+    char what[64];
+    snprintf(what, sizeof what, "a spec without `%s`", required[i]);
+    expect_reject(t, what);
+    free(t);
+  }
+
+  struct {
+    const char *key;
+    json_t *val;
+    const char *what;
+  } bad[] = {
+      {"uid_count", json_integer(0), "uid_count 0"},
+      {"uid_count", json_integer(65537), "uid_count 65537"},
+      {"uid_count", json_integer(-1), "uid_count -1"},
+      {"uid_base", json_integer(0), "uid_base 0 (would map to host root)"},
+      {"uid_base", json_integer(-5), "uid_base -5"},
+      {"uid_base", json_integer(0x100000000LL), "uid_base 2^32"},
+      {"memory_bytes", json_integer(-1), "memory_bytes -1"},
+      {"pids", json_integer(-1), "pids -1"},
+      {"cpu_millis", json_integer(1000001), "cpu_millis 1000001"},
+      {"cpu_millis", json_integer(-1), "cpu_millis -1"},
+      {"tmp_bytes", json_integer(-1), "tmp_bytes -1"},
+      {"id", json_integer(5), "id as an integer"},
+      {"id", json_null(), "id null"},
+      {"rootfs", json_true(), "rootfs as a bool"},
+      {"uid_count", json_string("100"), "uid_count as a string"},
+      {"uid_count", json_real(100.0), "uid_count as a real"},
+      {"usr_src", json_integer(1), "usr_src as an integer"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    t = edited(set_member, bad[i].key, bad[i].val);
+    expect_reject(t, bad[i].what);
+    free(t);
+  }
+
+  t = edited(set_member, "uid_count", json_integer(65536));
+  expect_accept(t, "uid_count 65536 (the upper bound)", NULL);
+  free(t);
+
+  expect_reject("", "empty text");
+  expect_reject("{", "truncated JSON");
+  expect_reject("[]", "an array");
+  expect_reject("null", "null");
+  expect_reject("{}", "an empty object");
+  expect_reject("{\"id\": \"a\", \"id\": \"b\"}", "a duplicate key");
+
+  /* A duplicated key in an otherwise complete spec. */
+  struct hutch_sandbox_spec s;
+  fill(&s);
+  char *text = hutch_spec_to_json(&s);
+  hutch_spec_free(&s);
+  size_t n = strlen(text);
+  char *dup = xasprintf("{\"id\":\"sb_other\",%s", text + 1);
+  expect_reject(dup, "a complete spec with `id` twice");
+  free(dup);
+  /* Trailing garbage. */
+  char *trail = xasprintf("%s x", text);
+  expect_reject(trail, "trailing garbage");
+  free(trail);
+  ok(n > 2, "reference text is non-trivial");
+  free(text);
+}
+
+int main(void) {
+  test_round_trip();
+  test_rejects();
+  return done_testing();
+}
