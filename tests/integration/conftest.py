@@ -13,6 +13,19 @@
 The daemon's log is attached to the report of every failed test.  Any wait is
 bounded.  Tests that need a host feature skip when it is missing, unless
 HUTCH_MUST_WORK=1.
+
+Environment:
+  HUTCH_BUILD          directory with hutchd, hutch, hutch-shim, hutch-init
+                       (default: <repo>/build)
+  HUTCH_MUST_WORK=1    a missing host feature fails instead of skipping (CI)
+  HUTCH_KEEP_TMP=1     keep each daemon's /tmp/hXXXXXXXX directory
+  HUTCH_READY_TIMEOUT  seconds to wait for /healthz after start (default 90)
+Daemon logs go to /tmp/hutch-itest-logs-*/ and are kept when the run fails.
+
+Snippets that would harm the host if a sandbox were not isolated (mount,
+umount, pivot_root, fork bomb, kill) carry a guard (probes.GUARD): they
+refuse to run, and the test fails, when they find themselves in the host's
+pid or mount namespace.
 """
 
 import os

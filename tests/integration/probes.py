@@ -2,11 +2,47 @@
 (the positive control), so that the same bytes make the same call."""
 
 import json
+import os
 import subprocess
+
+# Prefix of every snippet that could harm the machine if it ran outside a
+# sandbox (mount over /tmp, umount, pivot_root, a fork bomb, kill): when
+# HUTCH_PROBE_HOST_NS names the host's pid and mount namespaces and the
+# snippet finds itself in either of them, it refuses and exits 99.  So a
+# hutchd whose exec is not isolated fails these tests instead of damaging
+# the host.  Positive controls on the host run without the variable.
+GUARD = r'''
+import os as _os, sys as _sys
+_h = _os.environ.get("HUTCH_PROBE_HOST_NS", "")
+if _h:
+    _p, _m = _h.split(":")
+    if (str(_os.stat("/proc/self/ns/pid").st_ino) == _p
+            or str(_os.stat("/proc/self/ns/mnt").st_ino) == _m):
+        print("NOT-ISOLATED: refusing to run in the host's namespaces", flush=True)
+        _sys.exit(99)
+'''
+NOT_ISOLATED_EXIT = 99
+
+
+def host_ns():
+    return "%d:%d" % (os.stat("/proc/self/ns/pid").st_ino, os.stat("/proc/self/ns/mnt").st_ino)
+
+
+def guard_env():
+    """env for an exec that runs a guarded snippet inside a sandbox."""
+    return {"HUTCH_PROBE_HOST_NS": host_ns()}
+
+
+def shell_guard():
+    """The same guard for a shell command line (prefix it)."""
+    p, m = host_ns().split(":")
+    return ('[ "$(stat -L -c %%i /proc/self/ns/pid)" != %s ] && '
+            '[ "$(stat -L -c %%i /proc/self/ns/mnt)" != %s ] || '
+            '{ echo NOT-ISOLATED; exit 99; }; ' % (p, m))
 
 # argv[1] = syscall name, argv[2:] = paths.  Prints {"ret":…, "errno":…, "name":…}.
 # x86_64 syscall numbers.
-SYSCALL_PROBE = r'''
+SYSCALL_PROBE = GUARD + r'''
 import ctypes, errno, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -20,6 +56,7 @@ def sc(n, *a):
 b = lambda s: ctypes.c_char_p(s.encode())
 name, args = sys.argv[1], sys.argv[2:]
 if name == "mount":          # mount("none", path, "tmpfs", 0, NULL)
+    os.makedirs(args[0], exist_ok=True)
     r, e = sc(name, b("none"), b(args[0]), b("tmpfs"), ctypes.c_ulong(0), ctypes.c_void_p(0))
 elif name == "umount2":      # umount2(path, MNT_DETACH)
     r, e = sc(name, b(args[0]), ctypes.c_int(2))

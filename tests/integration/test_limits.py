@@ -9,6 +9,7 @@ import threading
 import time
 
 import hostutil
+import probes
 
 
 def _cg(hutchd, sid, ctrl):
@@ -34,8 +35,9 @@ def test_memory_hog_is_oom_killed_and_hutchd_lives(api, hutchd, make_sandbox):
     sb = make_sandbox(resources={"memory_mib": 128})
     sid = sb["id"]
     before = _oom_kills(hutchd, sid)
-    r = api.exec_ok(sid, argv=["python3", "-c", "b = b'x' * (1 << 30); print(len(b))"],
-                    timeout_s=120)
+    r = api.exec_ok(sid, argv=["python3", "-c", probes.GUARD + "b = b'x' * (1 << 30); print(len(b))"],
+                    timeout_s=120, env=probes.guard_env())
+    assert r["exit_code"] != probes.NOT_ISOLATED_EXIT, "exec runs in the host's namespaces: %r" % (r,)
     assert r["signal"] == 9 and r["exit_code"] is None, r
     assert r["timed_out"] is False, r
     assert r["stdout"] == "", r
@@ -53,9 +55,10 @@ def test_memory_hog_is_oom_killed_and_hutchd_lives(api, hutchd, make_sandbox):
     assert r["stdout"] == "%d\n" % (32 << 20), r
 
 
-FORK_BOMB = r'''
+FORK_BOMB = probes.GUARD + r'''
 import os, time
 n, err = 0, None
+pids = open("/tmp/bomb.pids", "w")
 while n < 1000:
     try:
         pid = os.fork()
@@ -67,6 +70,8 @@ while n < 1000:
         os.dup2(fd, 0); os.dup2(fd, 1); os.dup2(fd, 2)
         time.sleep(120)
         os._exit(0)
+    pids.write("%d\n" % pid)
+    pids.flush()
     n += 1
 print(n, err, flush=True)
 time.sleep(1.5)   # hold the plateau so the host can count it
@@ -95,11 +100,13 @@ def test_fork_bomb_stops_at_pids_limit(api, hutchd, make_sandbox):
     t.start()
     try:
         t0 = time.monotonic()
-        r = api.exec_ok(sid, argv=["python3", "-c", FORK_BOMB], timeout_s=30)
+        r = api.exec_ok(sid, argv=["python3", "-c", FORK_BOMB], timeout_s=30,
+                        env=probes.guard_env())
         assert time.monotonic() - t0 < 35
     finally:
         stop.set()
         t.join(5)
+    assert r["exit_code"] != probes.NOT_ISOLATED_EXIT, "exec runs in the host's namespaces: %r" % (r,)
     assert r["exit_code"] == 0 and r["timed_out"] is False, r
     n, err = r["stdout"].split()
     assert err == str(errno.EAGAIN), "fork failed with %s, expected EAGAIN: %r" % (err, r)
@@ -110,8 +117,13 @@ def test_fork_bomb_stops_at_pids_limit(api, hutchd, make_sandbox):
     assert samples["procs"] <= limit, samples
     assert samples["procs"] >= limit - 12, "the host never saw the bomb's processes: %r" % samples
 
-    # The sandbox recovers once they are gone.
-    api.exec(sid, argv=["python3", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"])
+    # The sandbox recovers once they are gone (killed by the pids the bomb
+    # recorded: never kill(-1), which on a broken runtime would hit the host).
+    k = api.exec_ok(sid, argv=["python3", "-c", probes.GUARD +
+                               "import os\nfor l in open('/tmp/bomb.pids'):\n"
+                               "    try: os.kill(int(l), 9)\n    except ProcessLookupError: pass\n"],
+                    env=probes.guard_env())
+    assert k["exit_code"] == 0, k
     assert hostutil.wait_until(lambda: len(hostutil.cgroup_procs(pcg)) <= 4, 15), \
         "bomb processes not gone: %d left" % len(hostutil.cgroup_procs(pcg))
     r = api.exec_ok(sid, argv=["sh", "-c", "echo ok; sleep 0 & wait"])

@@ -22,7 +22,7 @@ USERNS_MNT = ["unshare", "-Umr"]  # a fresh user + mount namespace, mapped root
 # name: (sandbox args, host wrapper, host shell prefix (with {d} = a temp dir), host args,
 #        host must succeed (ret >= 0))
 CASES = {
-    "mount": (["/tmp"], USERNS_MNT, None, ["{d}"], True),
+    "mount": (["/tmp/hutch-probe-mnt"], USERNS_MNT, None, ["{d}"], True),
     "umount2": (["/tmp"], USERNS_MNT, "mount -t tmpfs none {d}", ["{d}"], True),
     "pivot_root": (["/tmp", "/tmp"], USERNS_MNT, "mount -t tmpfs none {d}", ["{d}", "{d}"], True),
     "unshare": ([], ["unshare", "-Ur"], None, [], True),
@@ -68,7 +68,9 @@ def test_syscall_refused_with_eperm(api, sandbox, name):
         assert host["ret"] >= 0, "positive control: %s fails on the host too: %r" % (name, host)
 
     sargs = CASES[name][0]
-    r = api.exec_ok(sandbox["id"], argv=["python3", "-c", probes.SYSCALL_PROBE, name] + sargs)
+    r = api.exec_ok(sandbox["id"], argv=["python3", "-c", probes.SYSCALL_PROBE, name] + sargs,
+                    env=probes.guard_env())
+    assert r["exit_code"] != probes.NOT_ISOLATED_EXIT, "exec runs in the host's namespaces: %r" % (r,)
     assert r["exit_code"] == 0, "probe did not run inside: %r" % (r,)
     inside = probes.parse(r["stdout"])
     assert inside["ret"] == -1 and inside["errno"] == errno.EPERM, \
@@ -85,8 +87,11 @@ def test_unshare_command_fails_inside(api, sandbox):
 
 
 def test_mount_command_fails_inside(api, sandbox):
-    r = api.exec_ok(sandbox["id"], cmd="mkdir -p /tmp/m && mount -t tmpfs none /tmp/m")
+    r = api.exec_ok(sandbox["id"], cmd=probes.shell_guard() +
+                    "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m")
+    assert r["exit_code"] != probes.NOT_ISOLATED_EXIT, "exec runs in the host's namespaces: %r" % (r,)
     assert r["exit_code"] not in (0, None), r
+    assert "ermission denied" in r["stderr"] or "not permitted" in r["stderr"], r
     d = tempfile.mkdtemp(prefix="hp", dir="/tmp")
     try:
         p = subprocess.run(USERNS_MNT + ["mount", "-t", "tmpfs", "none", d],

@@ -120,12 +120,18 @@ char *read_file(const char *path, size_t max, size_t *len_out, hutch_err *err) {
     hutch_err_sys(err, errno, "open `%s`", path);
     return NULL;
   }
-  size_t cap = 4096, len = 0;
+  size_t cap = max < 4096 ? max : 4096, len = 0;
   cleanup_free char *buf = xmalloc(cap + 1);
   for (;;) {
     if (len == cap) {
       if (cap >= max) {
-        hutch_err_sys(err, EFBIG, "read `%s`: larger than %zu bytes", path, max);
+        /* Exactly `max` bytes is allowed: fail only if one more byte exists. */
+        char extra;
+        ssize_t x;
+        do x = read(fd, &extra, 1);
+        while (x < 0 && errno == EINTR);
+        if (x == 0) break;
+        hutch_err_sys(err, x < 0 ? errno : EFBIG, "read `%s`: larger than %zu bytes", path, max);
         return NULL;
       }
       cap = cap * 2 > max ? max : cap * 2;
@@ -246,7 +252,7 @@ static int copy_tree_at(int sdir, int ddir, hutch_err *err) {
     if (fstatat(sdir, n, &st, AT_SYMLINK_NOFOLLOW) < 0) {
       ret = hutch_err_sys(err, errno, "stat `%s`", n);
     } else if (S_ISDIR(st.st_mode)) {
-      if (mkdirat(ddir, n, st.st_mode & 07777) < 0 && errno != EEXIST) {
+      if (mkdirat(ddir, n, 0700) < 0 && errno != EEXIST) {
         ret = hutch_err_sys(err, errno, "mkdir `%s`", n);
         break;
       }
@@ -355,7 +361,7 @@ int parse_u64(const char *s, uint64_t max, uint64_t *out) {
   for (const char *p = s; *p; p++) {
     if (*p < '0' || *p > '9') return -1;
     unsigned d = (unsigned)(*p - '0');
-    if (v > (max - d) / 10) return -1;
+    if (d > max || v > (max - d) / 10) return -1;
     v = v * 10 + d;
   }
   *out = v;

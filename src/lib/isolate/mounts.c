@@ -73,7 +73,20 @@ int hutch_mounts_setup_root(const struct hutch_rootfs_plan *plan, hutch_err *err
    * bubblewrap does; it disappears with the old root. */
   if (do_mount("tmpfs", STAGING, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16k,nr_inodes=16", err) < 0)
     return -1;
-  if (ensure_dir(STAGING "/root", 0755, err) < 0 || attach(plan->rootfs_fd, STAGING "/root", err) < 0) return -1;
+  if (ensure_dir(STAGING "/root", 0755, err) < 0) return -1;
+  if (plan->lower_fd >= 0) {
+    /* The sandbox's root is an overlay: the shared read-only template under
+     * the sandbox's own upper layer.  Creation is O(1) whatever the size
+     * of the template, and the sandbox's directory holds only its changes. */
+    if (ensure_dir(STAGING "/lower", 0755, err) < 0 || ensure_dir(STAGING "/rw", 0755, err) < 0 ||
+        attach(plan->lower_fd, STAGING "/lower", err) < 0 || attach(plan->rootfs_fd, STAGING "/rw", err) < 0 ||
+        do_mount("overlay", STAGING "/root", "overlay", MS_NOSUID | MS_NODEV,
+                 "lowerdir=" STAGING "/lower,upperdir=" STAGING "/rw/upper,workdir=" STAGING "/rw/work,userxattr",
+                 err) < 0)
+      return -1;
+  } else if (attach(plan->rootfs_fd, STAGING "/root", err) < 0) {
+    return -1;
+  }
   if (chdir(STAGING "/root") < 0) return hutch_err_sys(err, errno, "chdir `%s`", STAGING "/root");
   if (plan->usr_fd >= 0) {
     if (ensure_dir("usr", 0755, err) < 0 || attach(plan->usr_fd, "usr", err) < 0) return -1;

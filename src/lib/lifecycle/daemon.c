@@ -137,6 +137,7 @@ static int build_spec(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, 
   s->instance = xstrdup(ctx->instance);
   s->runtime = xstrdup(r->runtime);
   s->rootfs = xasprintf("%s/rootfs", dir);
+  s->lower = xasprintf("%s/templates/%s", ctx->cfg.data_dir, r->template_name);
   const char *usr = hutch_template_usr_src(r->template_name);
   s->usr_src = usr ? xstrdup(usr) : NULL;
   s->init_path = xasprintf("%s/hutch-init", ctx->cfg.libexec_dir);
@@ -210,7 +211,9 @@ static int do_create(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
     goto fail;
   }
   if (build_spec(ctx, &r, &spec, err) < 0) goto fail;
+  uint64_t t_rootfs = mono_us();
   if (hutch_rootfs_create(ctx->cfg.data_dir, r.template_name, spec.rootfs, spec.hostname, err) < 0) goto fail;
+  t_rootfs = mono_us() - t_rootfs;
   if (hutch_fault("create.rootfs")) {
     hutch_err_sys(err, EIO, "fault injected at create.rootfs");
     goto fail;
@@ -222,7 +225,9 @@ static int do_create(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
   }
   struct hutch_shim_launch l = {
       .shim_path = shim, .config_path = cfg, .socket_path = sock, .log_path = log, .timeout_ms = 30000};
+  uint64_t t_shim = mono_us();
   if (hutch_shim_launch(&l, &shim_pid, &init_pid, err) < 0) goto fail;
+  t_shim = mono_us() - t_shim;
   r.shim_pid = shim_pid;
   if (hutch_db_sandbox_set_host(ctx->db, sb_id, slot, shim_pid, init_pid, err) < 0) goto fail;
   if (hutch_fault("create.ready")) {
@@ -230,9 +235,11 @@ static int do_create(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
     goto fail;
   }
   if (hutch_db_sandbox_set_state(ctx->db, sb_id, "running", NULL, err) < 0) goto fail;
-  char ms[32];
+  char ms[32], rms[32], sms[32];
   snprintf(ms, sizeof ms, "%.3f", (double)(mono_us() - t0) / 1000.0);
-  hutch_log(LOG_INFO, "sandbox.created", "id", sb_id, "dur_ms", ms, NULL);
+  snprintf(rms, sizeof rms, "%.3f", (double)t_rootfs / 1000.0);
+  snprintf(sms, sizeof sms, "%.3f", (double)t_shim / 1000.0);
+  hutch_log(LOG_INFO, "sandbox.created", "id", sb_id, "dur_ms", ms, "rootfs_ms", rms, "shim_ms", sms, NULL);
   hutch_spec_free(&spec);
   hutch_sandbox_rec_free(&r);
   return 0;

@@ -11,11 +11,11 @@
  *   write uid/gid maps
  *   move child into the cgroup
  *   oom_score_adj -1000 (init only)
- *   idmapped mounts of rootfs and /usr
+ *   idmapped mounts: template (ro), writable layer, /usr (ro)
  *   send the mount fds ──────────────────►  become uid/gid 0 of the namespace
  *                                           unshare(NEWCGROUP) (rooted at its cgroup)
  *                                           hostname, loopback up
- *                                           attach rootfs, /usr, /proc, /dev, /tmp; pivot_root
+ *                                           overlay root, /usr, /proc, /dev, /tmp; pivot_root
  *                                           drop capabilities, no_new_privs, seccomp
  *   wait: error text, or EOF on exec  ◄───  execveat(hutch-init) with the channel on fd 3
  *   wait for hutch-init's HELLO
@@ -94,10 +94,10 @@ static int recv_fds(int sock, int *fds, int n) {
 static __attribute__((noreturn)) void child_main(const struct hutch_sandbox_spec *spec, int sync_fd, int chan_fd,
                                                  int init_fd) {
   hutch_err err = HUTCH_ERR_INIT;
-  int fds[2] = {-1, -1};
+  int fds[3] = {-1, -1, -1};
   /* If the shim dies during setup (or later), the sandbox goes with it. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (recv_fds(sync_fd, fds, 2) < 0) {
+  if (recv_fds(sync_fd, fds, 3) < 0) {
     hutch_err_sys(&err, errno ? errno : EPIPE, "receive mount fds");
     goto fail;
   }
@@ -115,11 +115,11 @@ static __attribute__((noreturn)) void child_main(const struct hutch_sandbox_spec
   }
   if (hutch_netns_loopback_up(&err) < 0) goto fail;
   struct hutch_rootfs_plan plan = {
-      .rootfs_fd = fds[0], .usr_fd = fds[1], .tmp_bytes = spec->tmp_bytes};
-  if (fds[1] < 0 || spec->usr_src == NULL) plan.usr_fd = -1;
+      .rootfs_fd = fds[0], .usr_fd = fds[1], .lower_fd = fds[2], .tmp_bytes = spec->tmp_bytes};
+  if (spec->usr_src == NULL) plan.usr_fd = -1;
+  if (spec->lower == NULL) plan.lower_fd = -1;
   if (hutch_mounts_setup_root(&plan, &err) < 0) goto fail;
-  close(fds[0]);
-  if (fds[1] >= 0) close(fds[1]);
+  for (int i = 0; i < 3; i++) close(fds[i]);
   /* The channel becomes fd 3 of hutch-init; everything else is close-on-exec. */
   if (chan_fd != 3) {
     if (dup3(chan_fd, 3, 0) < 0) {
@@ -182,7 +182,7 @@ static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runt
   int chan[2] = {-1, -1}, sync[2] = {-1, -1};
   cleanup_close int init_fd = -1;
   cleanup_close int userns_fd = -1;
-  int mfds[2] = {-1, -1};
+  int mfds[3] = {-1, -1, -1};
   pid_t pid = -1;
 
   if (hutch_cgroup_create(spec->instance, spec->id, &spec->limits, err) < 0) return hutch_err_wrap(err, "cgroup");
@@ -247,14 +247,19 @@ static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runt
   } else {
     mfds[1] = open("/dev/null", O_RDONLY | O_CLOEXEC); /* placeholder; the child ignores it */
   }
+  if (spec->lower) {
+    mfds[2] = hutch_userns_idmapped_tree(spec->lower, userns_fd,
+                                         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, err);
+    if (mfds[2] < 0) goto fail;
+  } else {
+    mfds[2] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
   if (hutch_fault("shim.spawn")) {
     hutch_err_sys(err, EIO, "fault injected at shim.spawn");
     goto fail;
   }
-  if (send_fds(sync[0], mfds, 2, err) < 0) goto fail;
-  close(mfds[0]);
-  close(mfds[1]);
-  mfds[0] = mfds[1] = -1;
+  if (send_fds(sync[0], mfds, 3, err) < 0) goto fail;
+  for (int i = 0; i < 3; i++) close(mfds[i]), mfds[i] = -1;
   if (wait_child_setup(sync[0], err) < 0) goto fail;
   if (wait_hello(chan[0], err) < 0) goto fail;
   close(sync[0]);
@@ -263,8 +268,9 @@ static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runt
   return 0;
 
 fail:
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++)
     if (mfds[i] >= 0) close(mfds[i]);
+  for (int i = 0; i < 2; i++) {
     if (sync[i] >= 0) close(sync[i]);
     if (chan[i] >= 0) close(chan[i]);
   }

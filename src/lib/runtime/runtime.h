@@ -27,7 +27,9 @@ struct hutch_sandbox_spec {
   char *id;        /* sb_… */
   char *instance;  /* hutchd instance name (cgroup/uid namespacing) */
   char *runtime;   /* "native" */
-  char *rootfs;    /* host path of the sandbox's writable root */
+  char *rootfs;    /* host dir of the sandbox's writable layer: the root itself, or
+                      upper/ and work/ of an overlay when `lower` is set */
+  char *lower;     /* read-only template root under the overlay, or NULL */
   char *usr_src;   /* host directory bind-mounted read-only at /usr, or NULL */
   char *init_path; /* host path of the hutch-init binary */
   char *hostname;

@@ -11,6 +11,7 @@ void hutch_spec_free(struct hutch_sandbox_spec *s) {
   free(s->instance);
   free(s->runtime);
   free(s->rootfs);
+  free(s->lower);
   free(s->usr_src);
   free(s->init_path);
   free(s->hostname);
@@ -18,8 +19,8 @@ void hutch_spec_free(struct hutch_sandbox_spec *s) {
 }
 
 char *hutch_spec_to_json(const struct hutch_sandbox_spec *s) {
-  json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s?, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "id", s->id,
-                        "instance", s->instance, "runtime", s->runtime, "rootfs", s->rootfs, "usr_src",
+  json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s*, s:s*, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "id", s->id,
+                        "instance", s->instance, "runtime", s->runtime, "rootfs", s->rootfs, "lower", s->lower, "usr_src",
                         s->usr_src, "init_path", s->init_path, "hostname", s->hostname, "uid_base",
                         (json_int_t)s->uid_base, "uid_count", (json_int_t)s->uid_count, "memory_bytes",
                         (json_int_t)s->limits.memory_bytes, "pids", (json_int_t)s->limits.pids, "cpu_millis",
@@ -35,10 +36,10 @@ int hutch_spec_from_json(const char *text, struct hutch_sandbox_spec *out, hutch
   json_error_t je;
   json_t *o = json_loads(text, JSON_REJECT_DUPLICATES, &je);
   if (!o) return hutch_err_invalid(err, "sandbox spec: %s (line %d)", je.text, je.line);
-  const char *id, *instance, *runtime, *rootfs, *usr = NULL, *init, *hostname;
+  const char *id, *instance, *runtime, *rootfs, *lower = NULL, *usr = NULL, *init, *hostname;
   json_int_t uid_base, uid_count, mem, pids, cpu, tmp;
-  if (json_unpack_ex(o, &je, JSON_STRICT, "{s:s, s:s, s:s, s:s, s?s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
-                     &id, "instance", &instance, "runtime", &runtime, "rootfs", &rootfs, "usr_src", &usr,
+  if (json_unpack_ex(o, &je, JSON_STRICT, "{s:s, s:s, s:s, s:s, s?s, s?s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
+                     &id, "instance", &instance, "runtime", &runtime, "rootfs", &rootfs, "lower", &lower, "usr_src", &usr,
                      "init_path", &init, "hostname", &hostname, "uid_base", &uid_base, "uid_count", &uid_count,
                      "memory_bytes", &mem, "pids", &pids, "cpu_millis", &cpu, "tmp_bytes", &tmp) < 0) {
     json_decref(o);
@@ -53,6 +54,7 @@ int hutch_spec_from_json(const char *text, struct hutch_sandbox_spec *out, hutch
   out->instance = xstrdup(instance);
   out->runtime = xstrdup(runtime);
   out->rootfs = xstrdup(rootfs);
+  out->lower = lower ? xstrdup(lower) : NULL;
   out->usr_src = usr ? xstrdup(usr) : NULL;
   out->init_path = xstrdup(init);
   out->hostname = xstrdup(hostname);

@@ -161,13 +161,16 @@ int hutch_rootfs_create(const char *data_dir, const char *template_name, const c
                         hutch_err *err) {
   if (!hutch_template_exists(data_dir, template_name))
     return hutch_err_set(err, 404, "not_found", "template `%s` not found", template_name);
-  cleanup_free char *src = xasprintf("%s/templates/%s", data_dir, template_name);
-  if (copy_tree(src, rootfs, err) < 0) return hutch_err_wrap(err, "copy template `%s`", template_name);
+  /* The root is an overlay of the template (see isolate/mounts.c): the
+   * sandbox's directory holds only the upper layer, so creation costs the
+   * same for any template.  The storage issue replaces this with btrfs. */
+  cleanup_free char *upper = xasprintf("%s/upper", rootfs);
+  cleanup_free char *etc = xasprintf("%s/upper/etc", rootfs);
+  cleanup_free char *work = xasprintf("%s/work", rootfs);
+  if (mkdir(rootfs, 0755) < 0 || mkdir(upper, 0755) < 0 || mkdir(etc, 0755) < 0 || mkdir(work, 0700) < 0)
+    return hutch_err_sys(err, errno, "create the writable layer in `%s`", rootfs);
   cleanup_free char *hn = xasprintf("%s\n", hostname);
   cleanup_free char *hosts = xasprintf("127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost\n", hostname);
-  if (put(rootfs, "etc/hostname", hn, 0644, err) < 0 || put(rootfs, "etc/hosts", hosts, 0644, err) < 0)
-    return -1;
-  cleanup_free char *ver = xasprintf("%s/.hutch-template", rootfs);
-  unlink(ver);
+  if (put(upper, "etc/hostname", hn, 0644, err) < 0 || put(upper, "etc/hosts", hosts, 0644, err) < 0) return -1;
   return 0;
 }

@@ -7,8 +7,9 @@
  * host's shadow, ssh keys or other secrets.  Storage (btrfs, more templates)
  * generalises this module.
  *
- * Layout: DATA/templates/<name>/ holds the root; a sandbox's writable root is
- * DATA/sandboxes/<id>/rootfs, made from it by hutch_rootfs_create().
+ * Layout: DATA/templates/<name>/ holds the root; a sandbox's root is an
+ * overlay of it with DATA/sandboxes/<id>/rootfs/{upper,work}, made by
+ * hutch_rootfs_create().
  */
 #ifndef HUTCH_TEMPLATE_H
 #define HUTCH_TEMPLATE_H
