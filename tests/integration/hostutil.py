@@ -348,7 +348,27 @@ def snapshot(d):
     except Exception as e:  # the comparison then shows the failure
         s["api_sandboxes"] = "error: %r" % (e,)
     s["db_sandbox_rows"] = db_count(os.path.join(d.data_dir, "state.db"))
+    s["uid_claims"] = uid_claims(d.data_dir)
     return s
+
+
+UID_LOCK_DIR = "/run/hutch/uids"
+
+
+def uid_claims(data_dir):
+    """Host-wide uid range claims (files in /run/hutch/uids) owned by the
+    instance whose data directory is `data_dir`."""
+    real = os.path.realpath(data_dir)
+    out = []
+    try:
+        names = os.listdir(UID_LOCK_DIR)
+    except FileNotFoundError:
+        return out
+    for n in names:
+        c = read_file(os.path.join(UID_LOCK_DIR, n)) or ""
+        if c.split(" ", 1)[0] == real:
+            out.append("%s %s" % (n, c.strip()))
+    return sorted(out)
 
 
 def snapshot_diff(before, after):
