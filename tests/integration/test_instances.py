@@ -1,7 +1,6 @@
 """Two hutchd instances side by side (ARCHITECTURE.md §7): nothing global
 may collide — cgroups, run dirs, uid ranges, sockets."""
 
-import os
 
 import hostutil
 
