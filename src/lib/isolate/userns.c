@@ -5,19 +5,56 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/util.h"
 
-int hutch_userns_write_maps(pid_t pid, uint32_t base, uint32_t count, hutch_err *err) {
+static int write_maps(pid_t pid, uint32_t ns_first, uint32_t base, uint32_t count, hutch_err *err) {
   char path[64], map[64];
-  snprintf(map, sizeof map, "0 %u %u\n", base, count);
+  snprintf(map, sizeof map, "%u %u %u\n", ns_first, base, count);
   snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
   if (write_file_str(path, map, err) < 0) return hutch_err_wrap(err, "write uid map");
   snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
   if (write_file_str(path, map, err) < 0) return hutch_err_wrap(err, "write gid map");
   return 0;
+}
+
+int hutch_userns_write_maps(pid_t pid, uint32_t base, uint32_t count, hutch_err *err) {
+  return write_maps(pid, 0, base, count, err);
+}
+
+int hutch_userns_fd(uint32_t ns_first, uint32_t host_first, uint32_t count, hutch_err *err) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) < 0) return hutch_err_sys(err, errno, "pipe");
+  pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, NULL);
+  if (pid < 0) {
+    int e = errno;
+    close(p[0]);
+    close(p[1]);
+    return hutch_err_sys(err, e, "clone user namespace");
+  }
+  if (pid == 0) {
+    char c;
+    close(p[1]);
+    (void)!read(p[0], &c, 1); /* hold the namespace until the parent has its fd */
+    _exit(0);
+  }
+  close(p[0]);
+  int fd = -1;
+  if (write_maps(pid, ns_first, host_first, count, err) == 0) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) hutch_err_sys(err, errno, "open `%s`", path);
+  }
+  close(p[1]);
+  waitpid(pid, NULL, 0);
+  return fd;
 }
 
 int hutch_userns_idmapped_tree(const char *path, int userns_fd, uint64_t attr_set, hutch_err *err) {

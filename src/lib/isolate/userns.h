@@ -14,8 +14,18 @@
 
 #include "common/err.h"
 
+/* Sandbox files are stored on disk under this unprivileged range
+ * ("storage ids"): container id c is disk id HUTCH_STORAGE_UID_BASE + c, so
+ * nothing a sandbox creates (a setuid binary, say) is owned by a real host
+ * user, and a rootfs can move between sandboxes' uid ranges unchanged. */
+#define HUTCH_STORAGE_UID_BASE 134217728u /* 1 << 27, below the sandbox ranges */
+
 /* Write /proc/<pid>/{uid_map,gid_map} ("0 base count"). */
 int hutch_userns_write_maps(pid_t pid, uint32_t base, uint32_t count, hutch_err *err);
+
+/* A user namespace fd whose maps are "ns_first host_first count", made by a
+ * short-lived child; used only to idmap mounts (storage ids -> sandbox ids). */
+int hutch_userns_fd(uint32_t ns_first, uint32_t host_first, uint32_t count, hutch_err *err);
 
 /* Clone the tree at `path` into a detached mount, idmapped to the user
  * namespace `userns_fd`, with the given extra MOUNT_ATTR_* flags.  Returns

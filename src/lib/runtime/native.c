@@ -182,6 +182,7 @@ static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runt
   int chan[2] = {-1, -1}, sync[2] = {-1, -1};
   cleanup_close int init_fd = -1;
   cleanup_close int userns_fd = -1;
+  cleanup_close int storage_fd = -1;
   int mfds[3] = {-1, -1, -1};
   pid_t pid = -1;
 
@@ -238,7 +239,12 @@ static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runt
       goto fail;
     }
   }
-  mfds[0] = hutch_userns_idmapped_tree(spec->rootfs, userns_fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, err);
+  /* /usr is the host's (owned by real uid 0): idmapped with the sandbox's
+   * own namespace.  Template and writable layer hold storage ids: idmapped
+   * with a namespace mapping storage ids onto the sandbox's range. */
+  storage_fd = hutch_userns_fd(HUTCH_STORAGE_UID_BASE, spec->uid_base, spec->uid_count, err);
+  if (storage_fd < 0) goto fail;
+  mfds[0] = hutch_userns_idmapped_tree(spec->rootfs, storage_fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, err);
   if (mfds[0] < 0) goto fail;
   if (spec->usr_src) {
     mfds[1] = hutch_userns_idmapped_tree(spec->usr_src, userns_fd,
@@ -248,7 +254,7 @@ static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runt
     mfds[1] = open("/dev/null", O_RDONLY | O_CLOEXEC); /* placeholder; the child ignores it */
   }
   if (spec->lower) {
-    mfds[2] = hutch_userns_idmapped_tree(spec->lower, userns_fd,
+    mfds[2] = hutch_userns_idmapped_tree(spec->lower, storage_fd,
                                          MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, err);
     if (mfds[2] < 0) goto fail;
   } else {

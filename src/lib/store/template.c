@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,8 +10,9 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "isolate/userns.h"
 
-#define HOST_TEMPLATE_VERSION "host-1\n"
+#define HOST_TEMPLATE_VERSION "host-2\n" /* 2: files hold storage ids */
 
 static const char passwd[] =
     "root:x:0:0:root:/root:/bin/bash\n"
@@ -77,6 +79,20 @@ static int copy_host_entry(const char *root, const char *rel, hutch_err *err) {
   return write_file(dst, data, len, st.st_mode & 0755, err);
 }
 
+/* Move every entry of a tree from container ids to storage ids (see
+ * isolate/userns.h), without following symlinks. */
+static int shift_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
+  (void)flag;
+  (void)f;
+  if (st->st_uid >= 65536 || st->st_gid >= 65536) return 0; /* already shifted */
+  return lchown(path, HUTCH_STORAGE_UID_BASE + st->st_uid, HUTCH_STORAGE_UID_BASE + st->st_gid) < 0 ? -1 : 0;
+}
+
+static int shift_tree(const char *root, hutch_err *err) {
+  if (nftw(root, shift_entry, 64, FTW_PHYS) != 0) return hutch_err_sys(err, errno, "shift ownership of `%s`", root);
+  return 0;
+}
+
 static int build_host(const char *root, hutch_err *err) {
   static const struct {
     const char *path;
@@ -116,7 +132,8 @@ static int build_host(const char *root, hutch_err *err) {
   cleanup_free char *osr = xasprintf("%s/etc/os-release", root);
   if (access("/usr/lib/os-release", F_OK) == 0 && symlink("../usr/lib/os-release", osr) < 0 && errno != EEXIST)
     return hutch_err_sys(err, errno, "symlink `%s`", osr);
-  return put(root, ".hutch-template", HOST_TEMPLATE_VERSION, 0644, err);
+  if (put(root, ".hutch-template", HOST_TEMPLATE_VERSION, 0644, err) < 0) return -1;
+  return shift_tree(root, err);
 }
 
 int hutch_template_ensure_host(const char *data_dir, hutch_err *err) {
@@ -172,5 +189,5 @@ int hutch_rootfs_create(const char *data_dir, const char *template_name, const c
   cleanup_free char *hn = xasprintf("%s\n", hostname);
   cleanup_free char *hosts = xasprintf("127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost\n", hostname);
   if (put(upper, "etc/hostname", hn, 0644, err) < 0 || put(upper, "etc/hosts", hosts, 0644, err) < 0) return -1;
-  return 0;
+  return shift_tree(rootfs, err);
 }
