@@ -184,3 +184,7 @@ def test_daemon_survives_garbage(api, hutchd):
             c.close()
     assert hutchd.alive()
     assert api.healthz().status == 200
+
+
+def test_unknown_state_filter_is_400(api):
+    check_error(api.raw("GET", "/v1/sandboxes?state=bogus"), 400, "invalid_argument", mentions=["state"])

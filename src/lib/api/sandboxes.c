@@ -166,6 +166,14 @@ void hutch_h_sandbox_list(struct hutch_req *req, struct hutch_resp *resp) {
       hutch_api_errorf(resp, 400, "invalid_argument", "query `label`: expected key=value, got `%.100s`", labels[i]);
       return;
     }
+  static const char *const states[] = {"accepted", "creating", "running", "deleting", "error", NULL};
+  bool known = !state || !*state;
+  for (size_t i = 0; !known && states[i]; i++) known = !strcmp(state, states[i]);
+  if (!known) {
+    hutch_api_errorf(resp, 400, "invalid_argument",
+                     "query `state`: unknown state `%.64s` (accepted, creating, running, deleting, error)", state);
+    return;
+  }
   struct hutch_sandbox_rec *v;
   size_t n;
   if (hutch_db_sandbox_list(req->ctx->db, state && *state ? state : NULL, &v, &n, &err) < 0) {
