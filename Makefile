@@ -42,11 +42,13 @@ all: $(PROGS) $(HELPERS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) -MMD -MP -c $< -o $@
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS) $(PKG_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/init-obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(filter-out -fsanitize=%,$(CFLAGS)) -MMD -MP -c $< -o $@
+	@echo "  CC      $< (static)"
+	@$(CC) $(filter-out -fsanitize=%,$(CFLAGS)) -MMD -MP -c $< -o $@
 
 $(BUILD)/libhutch.a: $(LIB_OBJS)
 	@rm -f $@

@@ -25,6 +25,8 @@ static void usage(FILE *f) {
           "  --libexec-dir DIR   where hutch-shim and hutch-init are (default: next to hutchd)\n"
           "  --workers N         lifecycle worker threads (default 4)\n"
           "  --max-body BYTES    request body limit (default 1048576)\n"
+          "  --pool N            keep N sandboxes of the default shape ready (default 0)\n"
+          "  --pool-template T   template of the warm pool (default host)\n"
           "  --log-level LEVEL   debug|info|warn|error (default info)\n"
           "  --version\n");
 }
@@ -48,7 +50,8 @@ int main(int argc, char **argv) {
       {"listen", required_argument, NULL, 'l'},     {"run-dir", required_argument, NULL, 'r'},
       {"uid-lock-dir", required_argument, NULL, 'u'}, {"libexec-dir", required_argument, NULL, 'x'},
       {"workers", required_argument, NULL, 'w'},    {"max-body", required_argument, NULL, 'b'},
-      {"log-level", required_argument, NULL, 'L'},  {"version", no_argument, NULL, 'V'},
+      {"log-level", required_argument, NULL, 'L'},  {"pool", required_argument, NULL, 'p'},
+      {"pool-template", required_argument, NULL, 'P'},  {"version", no_argument, NULL, 'V'},
       {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
   };
   int o;
@@ -76,6 +79,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(optarg, "error")) hutch_log_set_level(LOG_ERROR);
         else return fprintf(stderr, "hutchd: --log-level: debug|info|warn|error\n"), 2;
         break;
+      case 'p':
+        if (parse_u64(optarg, 1024, &n) < 0) return fprintf(stderr, "hutchd: --pool: 0..1024\n"), 2;
+        ctx.cfg.pool_size = (uint32_t)n;
+        break;
+      case 'P': free(ctx.cfg.pool_template), ctx.cfg.pool_template = xstrdup(optarg); break;
       case 'V': printf("hutchd %s\n", HUTCH_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;

@@ -30,13 +30,14 @@ json_t *hutch_sandbox_json(struct hutch_ctx *ctx, const struct hutch_sandbox_rec
   json_t *host = json_pack("{s:I, s:I, s:o}", "init_pid", (json_int_t)r->init_pid, "shim_pid",
                            (json_int_t)r->shim_pid, "uid_base",
                            r->uid_slot >= 0 ? json_integer(hutch_uid_base_for_slot(ctx, r->uid_slot)) : json_null());
-  json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:O, s:O, s:O, s:O, s:s, s:s, s:o, s:o, s:o}", "id", r->id, "state",
+  json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:O, s:O, s:O, s:O, s:s, s:s, s:o, s:o, s:o, s:b}", "id", r->id, "state",
                         r->state, "template", r->template_name, "runtime", r->runtime, "resources",
                         json_object_get(req, "resources"), "env", json_object_get(req, "env"), "labels",
                         json_object_get(req, "labels"), "timeout_s", json_object_get(req, "timeout_s"),
                         "created_at", c, "updated_at", u, "expires_at",
                         r->expires_at ? json_string(e) : json_null(), "error",
-                        r->error ? json_string(r->error) : json_null(), "host", host);
+                        r->error ? json_string(r->error) : json_null(), "host", host, "from_pool",
+                        !strcmp(r->origin, "pool"));
   json_decref(req);
   return o;
 }
@@ -182,6 +183,11 @@ void hutch_h_sandbox_list(struct hutch_req *req, struct hutch_resp *resp) {
   }
   json_t *a = json_array();
   for (size_t i = 0; i < n; i++) {
+    if (!strcmp(v[i].origin, "pool") && strcmp(v[i].state, "running") && strcmp(v[i].state, "deleting") &&
+        strcmp(v[i].state, "error")) {
+      hutch_sandbox_rec_free(&v[i]); /* an idle warm-pool member is nobody's sandbox yet */
+      continue;
+    }
     json_t *o = hutch_sandbox_json(req->ctx, &v[i]);
     json_t *lab = json_object_get(o, "labels");
     bool ok = true;
@@ -203,7 +209,7 @@ void hutch_h_sandbox_list(struct hutch_req *req, struct hutch_resp *resp) {
 void hutch_h_sandbox_get(struct hutch_req *req, struct hutch_resp *resp) {
   hutch_err err = HUTCH_ERR_INIT;
   struct hutch_sandbox_rec r;
-  if (hutch_db_sandbox_get(req->ctx->db, req->params[0], &r, &err) < 0) {
+  if (hutch_lc_get(req->ctx, req->params[0], &r, &err) < 0) {
     hutch_api_error(resp, &err);
     return;
   }

@@ -35,6 +35,7 @@ void hutch_config_defaults(struct hutch_config *c) {
   c->uid_slots = 4096;
   c->default_timeout_s = 900;
   c->max_timeout_s = 7 * 24 * 3600;
+  c->pool_template = xstrdup("host");
 }
 
 void hutch_config_free(struct hutch_config *c) {
@@ -44,6 +45,7 @@ void hutch_config_free(struct hutch_config *c) {
   free(c->run_dir);
   free(c->uid_lock_dir);
   free(c->libexec_dir);
+  free(c->pool_template);
   memset(c, 0, sizeof *c);
 }
 
@@ -234,7 +236,9 @@ static int do_create(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
     hutch_err_sys(err, EIO, "fault injected at create.ready");
     goto fail;
   }
-  if (hutch_db_sandbox_set_state(ctx->db, sb_id, "running", NULL, err) < 0) goto fail;
+  /* A warm-pool member waits in state `pool` until a create claims it. */
+  if (hutch_db_sandbox_set_state(ctx->db, sb_id, strcmp(r.origin, "pool") ? "running" : "pool", NULL, err) < 0)
+    goto fail;
   char ms[32], rms[32], sms[32];
   snprintf(ms, sizeof ms, "%.3f", (double)(mono_us() - t0) / 1000.0);
   snprintf(rms, sizeof rms, "%.3f", (double)t_rootfs / 1000.0);
@@ -293,7 +297,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&ctx->mu);
     hutch_err err = HUTCH_ERR_INIT, e2 = HUTCH_ERR_INIT;
     hutch_db_op_set_state(ctx->db, q->op_id, "running", NULL, &e2);
-    int r = !strcmp(q->kind, "create") ? do_create(ctx, q->sb_id, &err) : do_delete(ctx, q->sb_id, &err);
+    int r = !strcmp(q->kind, "delete") ? do_delete(ctx, q->sb_id, &err) : do_create(ctx, q->sb_id, &err);
     if (r < 0) hutch_log(LOG_ERROR, "operation.failed", "op", q->op_id, "kind", q->kind, "reason", err.msg, NULL);
     if (hutch_db_op_set_state(ctx->db, q->op_id, r < 0 ? "failed" : "succeeded", r < 0 ? &err : NULL, &e2) < 0)
       hutch_log(LOG_ERROR, "operation.record_failed", "op", q->op_id, "reason", e2.msg, NULL);
@@ -314,6 +318,109 @@ static int new_op(struct hutch_ctx *ctx, const char *kind, const char *sb_id, ch
   return 0;
 }
 
+void hutch_create_req_defaults(struct hutch_ctx *ctx, struct hutch_create_req *req, const char *template_name) {
+  memset(req, 0, sizeof *req);
+  req->template_name = template_name;
+  req->runtime = "auto";
+  req->cpus = 1;
+  req->memory_mib = 512;
+  req->pids = 256;
+  req->disk_mib = 2048;
+  req->timeout_s = ctx->cfg.default_timeout_s;
+}
+
+static char *normalized_request(const struct hutch_create_req *req) {
+  json_t *empty = json_object();
+  json_t *norm = json_pack("{s:{s:f, s:I, s:I, s:I}, s:O, s:O, s:I}", "resources", "cpus", req->cpus, "memory_mib",
+                           (json_int_t)req->memory_mib, "pids", (json_int_t)req->pids, "disk_mib",
+                           (json_int_t)req->disk_mib, "env", req->env ? req->env : empty, "labels",
+                           req->labels ? req->labels : empty, "timeout_s", (json_int_t)req->timeout_s);
+  json_decref(empty);
+  if (!norm) return NULL;
+  char *s = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(norm);
+  return s;
+}
+
+static int insert_sandbox(struct hutch_ctx *ctx, const struct hutch_create_req *req, const char *runtime,
+                          const char *origin, const char *kind, char sb_id[64], char op_id[64], hutch_err *err) {
+  struct hutch_sandbox_rec r = {0};
+  hutch_random_id("sb", r.id, sizeof r.id);
+  snprintf(r.state, sizeof r.state, "accepted");
+  snprintf(r.template_name, sizeof r.template_name, "%s", req->template_name);
+  snprintf(r.runtime, sizeof r.runtime, "%s", runtime);
+  snprintf(r.origin, sizeof r.origin, "%s", origin);
+  r.request = normalized_request(req);
+  if (!r.request) return hutch_err_sys(err, ENOMEM, "normalise request");
+  r.uid_slot = -1;
+  r.created_at = r.updated_at = now_ms();
+  r.expires_at = !strcmp(origin, "pool") || req->timeout_s <= 0 ? 0 : r.created_at + (uint64_t)req->timeout_s * 1000u;
+  int ret = hutch_db_sandbox_insert(ctx->db, &r, err);
+  if (ret == 0) ret = new_op(ctx, kind, r.id, op_id, err);
+  if (ret == 0) {
+    memcpy(sb_id, r.id, 64);
+    enqueue(ctx, op_id, r.id, kind);
+  } else {
+    hutch_err e2 = HUTCH_ERR_INIT;
+    hutch_db_sandbox_delete(ctx->db, r.id, &e2);
+  }
+  free(r.request);
+  return ret;
+}
+
+/* Top the warm pool up to its configured size (creations run on workers). */
+static void pool_fill(struct hutch_ctx *ctx) {
+  if (!ctx->cfg.pool_size) return;
+  int64_t have = hutch_db_pool_count(ctx->db, ctx->cfg.pool_template);
+  struct hutch_create_req req;
+  hutch_create_req_defaults(ctx, &req, ctx->cfg.pool_template);
+  for (int64_t i = have; i >= 0 && i < (int64_t)ctx->cfg.pool_size; i++) {
+    char sb[64], op[64];
+    hutch_err err = HUTCH_ERR_INIT;
+    if (insert_sandbox(ctx, &req, hutch_runtime_native.name, "pool", "pool_fill", sb, op, &err) < 0) {
+      hutch_log(LOG_WARN, "pool.fill_failed", "reason", err.msg, NULL);
+      return;
+    }
+  }
+}
+
+/* Whether a create can be served by the warm pool: same template, the
+ * pool's runtime, the pool's resources (env and labels are applied per
+ * command and per record, so they never prevent a match). */
+static bool pool_matches(struct hutch_ctx *ctx, const struct hutch_create_req *req, const char *runtime) {
+  struct hutch_create_req d;
+  hutch_create_req_defaults(ctx, &d, ctx->cfg.pool_template);
+  return ctx->cfg.pool_size && !strcmp(req->template_name, ctx->cfg.pool_template) &&
+         !strcmp(runtime, hutch_runtime_native.name) && req->cpus == d.cpus && req->memory_mib == d.memory_mib &&
+         req->pids == d.pids && req->disk_mib == d.disk_mib;
+}
+
+static int pool_claim(struct hutch_ctx *ctx, const struct hutch_create_req *req, char sb_id[64], char op_id[64],
+                      hutch_err *err) {
+  cleanup_free char *request = normalized_request(req);
+  if (!request) return hutch_err_sys(err, ENOMEM, "normalise request");
+  uint64_t now = now_ms();
+  uint64_t expires = req->timeout_s > 0 ? now + (uint64_t)req->timeout_s * 1000u : 0;
+  int r = hutch_db_pool_claim(ctx->db, req->template_name, request, now, expires, sb_id, err);
+  if (r != 0) return r;
+  /* The create is already done: record it as an operation that succeeded. */
+  if (new_op(ctx, "create", sb_id, op_id, err) < 0 || hutch_db_op_set_state(ctx->db, op_id, "succeeded", NULL, err) < 0)
+    return -1;
+  hutch_log(LOG_INFO, "sandbox.claimed_from_pool", "id", sb_id, NULL);
+  pool_fill(ctx);
+  return 0;
+}
+
+int hutch_lc_get(struct hutch_ctx *ctx, const char *sb_id, struct hutch_sandbox_rec *out, hutch_err *err) {
+  if (hutch_db_sandbox_get(ctx->db, sb_id, out, err) < 0) return -1;
+  if (!strcmp(out->origin, "pool") && (!strcmp(out->state, "pool") || !strcmp(out->state, "accepted") ||
+                                       !strcmp(out->state, "creating"))) {
+    hutch_sandbox_rec_free(out);
+    return hutch_err_set(err, 404, "not_found", "sandbox `%s` not found", sb_id);
+  }
+  return 0;
+}
+
 int hutch_lc_create(struct hutch_ctx *ctx, const struct hutch_create_req *req, char sb_id[64], char op_id[64],
                     hutch_err *err) {
   if (!hutch_template_exists(ctx->cfg.data_dir, req->template_name))
@@ -327,37 +434,16 @@ int hutch_lc_create(struct hutch_ctx *ctx, const struct hutch_create_req *req, c
   char why[512];
   if (!rt->available(why, sizeof why))
     return hutch_err_set(err, 503, "unavailable", "runtime `%s` is not available on this host: %s", rt->name, why);
-  json_t *norm = json_pack("{s:{s:f, s:I, s:I, s:I}, s:O, s:O, s:I}", "resources", "cpus", req->cpus, "memory_mib",
-                           (json_int_t)req->memory_mib, "pids", (json_int_t)req->pids, "disk_mib",
-                           (json_int_t)req->disk_mib, "env", req->env, "labels", req->labels, "timeout_s",
-                           (json_int_t)req->timeout_s);
-  if (!norm) return hutch_err_sys(err, ENOMEM, "normalise request");
-  struct hutch_sandbox_rec r = {0};
-  hutch_random_id("sb", r.id, sizeof r.id);
-  snprintf(r.state, sizeof r.state, "accepted");
-  snprintf(r.template_name, sizeof r.template_name, "%s", req->template_name);
-  snprintf(r.runtime, sizeof r.runtime, "%s", rt->name);
-  r.request = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
-  json_decref(norm);
-  r.uid_slot = -1;
-  r.created_at = r.updated_at = now_ms();
-  r.expires_at = req->timeout_s > 0 ? r.created_at + (uint64_t)req->timeout_s * 1000u : 0;
-  int ret = hutch_db_sandbox_insert(ctx->db, &r, err);
-  if (ret == 0) ret = new_op(ctx, "create", r.id, op_id, err);
-  if (ret == 0) {
-    memcpy(sb_id, r.id, 64);
-    enqueue(ctx, op_id, r.id, "create");
-  } else {
-    hutch_err e2 = HUTCH_ERR_INIT;
-    hutch_db_sandbox_delete(ctx->db, r.id, &e2);
+  if (pool_matches(ctx, req, rt->name)) {
+    int r = pool_claim(ctx, req, sb_id, op_id, err);
+    if (r <= 0) return r; /* claimed, or a real error; 1 = pool empty: create normally */
   }
-  free(r.request);
-  return ret;
+  return insert_sandbox(ctx, req, rt->name, "api", "create", sb_id, op_id, err);
 }
 
 int hutch_lc_delete(struct hutch_ctx *ctx, const char *sb_id, char op_id[64], hutch_err *err) {
   struct hutch_sandbox_rec r;
-  if (hutch_db_sandbox_get(ctx->db, sb_id, &r, err) < 0) return -1;
+  if (hutch_lc_get(ctx, sb_id, &r, err) < 0) return -1;
   hutch_sandbox_rec_free(&r);
   if (new_op(ctx, "delete", sb_id, op_id, err) < 0) return -1;
   enqueue(ctx, op_id, sb_id, "delete");
@@ -390,7 +476,7 @@ int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_e
                   struct hutch_exec_result *res, hutch_err *err) {
   memset(res, 0, sizeof *res);
   struct hutch_sandbox_rec r;
-  if (hutch_db_sandbox_get(ctx->db, sb_id, &r, err) < 0) return -1;
+  if (hutch_lc_get(ctx, sb_id, &r, err) < 0) return -1;
   if (strcmp(r.state, "running")) {
     hutch_err_set(err, 409, "conflict", "sandbox `%s` is %s, not running", sb_id, r.state);
     hutch_sandbox_rec_free(&r);
@@ -451,12 +537,16 @@ static void reconcile(struct hutch_ctx *ctx) {
   for (size_t i = 0; i < n; i++) {
     struct hutch_sandbox_rec *r = &v[i];
     cleanup_free char *sock = hutch_shim_socket(ctx, r->id);
-    if (!strcmp(r->state, "running") && hutch_shim_alive(sock)) {
+    bool live_state = !strcmp(r->state, "running") || !strcmp(r->state, "pool");
+    if (live_state && hutch_shim_alive(sock)) {
       hutch_log(LOG_INFO, "sandbox.readopted", "id", r->id, NULL);
     } else if (!strcmp(r->state, "accepted") || !strcmp(r->state, "creating") || !strcmp(r->state, "deleting")) {
       hutch_err e = HUTCH_ERR_INIT;
       if (release_sandbox(ctx, r, &e) == 0) hutch_db_sandbox_delete(ctx->db, r->id, &e);
       hutch_log(LOG_WARN, "sandbox.rolled_back", "id", r->id, "state", r->state, NULL);
+    } else if (!strcmp(r->state, "pool")) {
+      hutch_err e = HUTCH_ERR_INIT;
+      if (release_sandbox(ctx, r, &e) == 0) hutch_db_sandbox_delete(ctx->db, r->id, &e);
     } else if (!strcmp(r->state, "running")) {
       hutch_err e = HUTCH_ERR_INIT;
       release_sandbox(ctx, r, &e);
@@ -464,6 +554,24 @@ static void reconcile(struct hutch_ctx *ctx) {
       hutch_log(LOG_WARN, "sandbox.lost", "id", r->id, NULL);
     }
     hutch_sandbox_rec_free(r);
+  }
+  free(v);
+}
+
+/* A smaller pool (or another template) after a restart: delete the extras. */
+static void trim_pool(struct hutch_ctx *ctx) {
+  struct hutch_sandbox_rec *v = NULL;
+  size_t n = 0, kept = 0;
+  hutch_err err = HUTCH_ERR_INIT;
+  if (hutch_db_sandbox_list(ctx->db, "pool", &v, &n, &err) < 0) return;
+  for (size_t i = 0; i < n; i++) {
+    if (!strcmp(v[i].template_name, ctx->cfg.pool_template) && kept < ctx->cfg.pool_size) {
+      kept++;
+    } else {
+      char op[64];
+      if (new_op(ctx, "delete", v[i].id, op, &err) == 0) enqueue(ctx, op, v[i].id, "delete");
+    }
+    hutch_sandbox_rec_free(&v[i]);
   }
   free(v);
 }
@@ -482,6 +590,7 @@ static void *reaper_main(void *arg) {
     struct hutch_sandbox_rec *v = NULL;
     size_t n = 0;
     hutch_err err = HUTCH_ERR_INIT;
+    pool_fill(ctx);
     if (hutch_db_sandbox_list(ctx->db, "running", &v, &n, &err) < 0) continue;
     uint64_t now = now_ms();
     for (size_t i = 0; i < n; i++) {
@@ -529,6 +638,8 @@ int hutch_ctx_start(struct hutch_ctx *ctx, hutch_err *err) {
       return hutch_err_sys(err, errno, "start worker thread");
   if (pthread_create(&ctx->reaper, NULL, reaper_main, ctx) != 0)
     return hutch_err_sys(err, errno, "start expiry thread");
+  trim_pool(ctx);
+  pool_fill(ctx);
   return 0;
 }
 

@@ -30,6 +30,8 @@ struct hutch_config {
   uint32_t uid_slots; /* number of 65536-id slots */
   uint32_t default_timeout_s;
   uint32_t max_timeout_s;
+  uint32_t pool_size;   /* warm pool: sandboxes kept ready for default-shaped creates */
+  char *pool_template;  /* template of the warm pool */
 };
 
 void hutch_config_defaults(struct hutch_config *c);
@@ -75,6 +77,10 @@ struct hutch_create_req {
 int hutch_lc_create(struct hutch_ctx *ctx, const struct hutch_create_req *req, char sb_id[64], char op_id[64],
                     hutch_err *err);
 int hutch_lc_delete(struct hutch_ctx *ctx, const char *sb_id, char op_id[64], hutch_err *err);
+/* A user-visible sandbox (idle warm-pool members are not): 404 otherwise. */
+int hutch_lc_get(struct hutch_ctx *ctx, const char *sb_id, struct hutch_sandbox_rec *out, hutch_err *err);
+/* Default create request (what the warm pool holds), for `template_name`. */
+void hutch_create_req_defaults(struct hutch_ctx *ctx, struct hutch_create_req *req, const char *template_name);
 /* Wait up to timeout_ms for the operation to finish; fills *out either way. */
 int hutch_lc_wait(struct hutch_ctx *ctx, const char *op_id, uint64_t timeout_ms, struct hutch_op_rec *out,
                   hutch_err *err);

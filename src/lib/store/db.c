@@ -48,6 +48,8 @@ static const char *const migrations[] = {
     "  name TEXT NOT NULL,"
     "  hash TEXT NOT NULL UNIQUE,"
     "  created_at INTEGER NOT NULL);",
+    /* 2: warm pool.  origin 'pool' marks sandboxes made ahead of demand. */
+    "ALTER TABLE sandboxes ADD COLUMN origin TEXT NOT NULL DEFAULT 'api';",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof *migrations)
 
@@ -147,7 +149,8 @@ void hutch_sandbox_rec_free(struct hutch_sandbox_rec *r) {
 }
 
 #define SANDBOX_COLS \
-  "id, state, template, runtime, request, error, uid_slot, shim_pid, init_pid, created_at, updated_at, expires_at"
+  "id, state, template, runtime, request, error, uid_slot, shim_pid, init_pid, created_at, updated_at, expires_at, " \
+  "origin"
 
 static void read_sandbox(sqlite3_stmt *st, struct hutch_sandbox_rec *r) {
   memset(r, 0, sizeof *r);
@@ -163,6 +166,7 @@ static void read_sandbox(sqlite3_stmt *st, struct hutch_sandbox_rec *r) {
   r->created_at = (uint64_t)sqlite3_column_int64(st, 9);
   r->updated_at = (uint64_t)sqlite3_column_int64(st, 10);
   r->expires_at = (uint64_t)sqlite3_column_int64(st, 11);
+  copy_col(r->origin, sizeof r->origin, st, 12);
 }
 
 /* Prepare under the lock; on failure unlock and fill err. */
@@ -193,7 +197,7 @@ static void bind_text(sqlite3_stmt *st, int i, const char *s) {
 }
 
 int hutch_db_sandbox_insert(struct hutch_db *db, const struct hutch_sandbox_rec *r, hutch_err *err) {
-  sqlite3_stmt *st = prep(db, "INSERT INTO sandboxes (" SANDBOX_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", err);
+  sqlite3_stmt *st = prep(db, "INSERT INTO sandboxes (" SANDBOX_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", err);
   if (!st) return -1;
   bind_text(st, 1, r->id);
   bind_text(st, 2, r->state);
@@ -207,6 +211,7 @@ int hutch_db_sandbox_insert(struct hutch_db *db, const struct hutch_sandbox_rec 
   sqlite3_bind_int64(st, 10, (sqlite3_int64)r->created_at);
   sqlite3_bind_int64(st, 11, (sqlite3_int64)r->updated_at);
   sqlite3_bind_int64(st, 12, (sqlite3_int64)r->expires_at);
+  bind_text(st, 13, r->origin[0] ? r->origin : "api");
   return step_done(db, st, err, "insert sandbox");
 }
 
@@ -291,6 +296,43 @@ int hutch_db_sandbox_delete(struct hutch_db *db, const char *id, hutch_err *err)
   if (!st) return -1;
   bind_text(st, 1, id);
   return step_done(db, st, err, "delete sandbox");
+}
+
+int hutch_db_pool_claim(struct hutch_db *db, const char *template_name, const char *request, uint64_t now,
+                        uint64_t expires_at, char id_out[64], hutch_err *err) {
+  /* One statement, so two concurrent claims can never take the same row. */
+  sqlite3_stmt *st = prep(db,
+                          "UPDATE sandboxes SET state='running', request=?, created_at=?, updated_at=?, expires_at=? "
+                          "WHERE id=(SELECT id FROM sandboxes WHERE state='pool' AND origin='pool' AND template=? "
+                          "ORDER BY created_at LIMIT 1) RETURNING id",
+                          err);
+  if (!st) return -1;
+  bind_text(st, 1, request);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)now);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)now);
+  sqlite3_bind_int64(st, 4, (sqlite3_int64)expires_at);
+  bind_text(st, 5, template_name);
+  int rc = sqlite3_step(st), ret = 0;
+  if (rc == SQLITE_ROW) copy_col(id_out, 64, st, 0);
+  else if (rc == SQLITE_DONE) ret = 1;
+  else ret = db_fail(db, err, "claim pool sandbox");
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return ret;
+}
+
+int64_t hutch_db_pool_count(struct hutch_db *db, const char *template_name) {
+  hutch_err err = HUTCH_ERR_INIT;
+  sqlite3_stmt *st = prep(db,
+                          "SELECT count(*) FROM sandboxes WHERE origin='pool' AND template=? AND "
+                          "state IN ('accepted','creating','pool')",
+                          &err);
+  if (!st) return -1;
+  bind_text(st, 1, template_name);
+  int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return n;
 }
 
 int64_t hutch_db_sandbox_count(struct hutch_db *db) {

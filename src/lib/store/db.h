@@ -19,7 +19,7 @@
 
 struct hutch_db;
 
-#define HUTCH_DB_SCHEMA_VERSION 1
+#define HUTCH_DB_SCHEMA_VERSION 2
 
 int hutch_db_open(const char *path, struct hutch_db **out, hutch_err *err);
 void hutch_db_close(struct hutch_db *db);
@@ -35,6 +35,7 @@ struct hutch_sandbox_rec {
   int64_t uid_slot; /* -1 when none */
   int64_t shim_pid, init_pid;
   uint64_t created_at, updated_at, expires_at; /* ms since epoch */
+  char origin[8]; /* "api", or "pool" for sandboxes made ahead of demand */
 };
 void hutch_sandbox_rec_free(struct hutch_sandbox_rec *r);
 
@@ -51,6 +52,14 @@ int hutch_db_sandbox_set_host(struct hutch_db *db, const char *id, int64_t uid_s
                               int64_t init_pid, hutch_err *err);
 int hutch_db_sandbox_delete(struct hutch_db *db, const char *id, hutch_err *err);
 int64_t hutch_db_sandbox_count(struct hutch_db *db);
+
+/* Warm pool.  Claim the oldest idle pool sandbox of `template_name`: it
+ * becomes running with `request` in one statement.  Returns 0 with id_out
+ * set, 1 when the pool is empty, -1 on error. */
+int hutch_db_pool_claim(struct hutch_db *db, const char *template_name, const char *request, uint64_t now,
+                        uint64_t expires_at, char id_out[64], hutch_err *err);
+/* Pool sandboxes of a template that exist or are being made. */
+int64_t hutch_db_pool_count(struct hutch_db *db, const char *template_name);
 
 struct hutch_op_rec {
   char id[64];
