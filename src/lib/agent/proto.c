@@ -106,6 +106,44 @@ int hutch_tlv_i32(const unsigned char *val, uint32_t len, int32_t *out) {
   return 0;
 }
 
+void hutch_tlv_put_u64(struct hutch_buf *b, uint8_t tag, uint64_t v) {
+  unsigned char p[8];
+  put_le32(p, (uint32_t)v);
+  put_le32(p + 4, (uint32_t)(v >> 32));
+  hutch_tlv_put(b, tag, p, 8);
+}
+
+int hutch_tlv_u64(const unsigned char *val, uint32_t len, uint64_t *out) {
+  if (len != 8) return -1;
+  *out = (uint64_t)get_le32(val) | (uint64_t)get_le32(val + 4) << 32;
+  return 0;
+}
+
+int hutch_tlv_find(const void *payload, size_t len, uint8_t tag, const unsigned char **val, uint32_t *vlen) {
+  struct hutch_tlv_iter it;
+  uint8_t t;
+  int r;
+  hutch_tlv_iter_init(&it, payload, len);
+  while ((r = hutch_tlv_next(&it, &t, val, vlen)) == 1)
+    if (t == tag) return 1;
+  return r;
+}
+
+char *hutch_tlv_find_str(const void *payload, size_t len, uint8_t tag) {
+  const unsigned char *v;
+  uint32_t vl;
+  if (hutch_tlv_find(payload, len, tag, &v, &vl) != 1 || memchr(v, 0, vl)) return NULL;
+  return xstrndup((const char *)v, vl);
+}
+
+int hutch_tlv_find_u32(const void *payload, size_t len, uint8_t tag, uint32_t *out) {
+  const unsigned char *v;
+  uint32_t vl;
+  int r = hutch_tlv_find(payload, len, tag, &v, &vl);
+  if (r != 1) return r;
+  return hutch_tlv_u32(v, vl, out) < 0 ? -1 : 1;
+}
+
 int hutch_frame_read(int fd, struct hutch_frame_hdr *h, struct hutch_buf *payload, hutch_err *err) {
   unsigned char hdr[HUTCH_FRAME_HDR];
   ssize_t r = read_full(fd, hdr, sizeof hdr);

@@ -27,7 +27,7 @@
 
 #include "common/err.h"
 
-#define HUTCH_PROTO_VERSION 1
+#define HUTCH_PROTO_VERSION 2
 #define HUTCH_FRAME_HDR 12
 #define HUTCH_FRAME_MAX (1u << 20) /* 1 MiB payload bound, checked before allocating */
 
@@ -46,7 +46,33 @@ enum hutch_msg {
   HUTCH_MSG_PING = 12,      /* client->shim or shim->init: answered with PONG */
   HUTCH_MSG_PONG = 13,
   HUTCH_MSG_INFO = 14,      /* client->shim: answered with INFO TLV INIT_PID, SHIM_PID */
+  /* v2: commands that outlive their client, PTYs, flow control */
+  HUTCH_MSG_CREDIT = 15,        /* shim->init: BYTES more output may be read (FLOW commands) */
+  HUTCH_MSG_RESIZE = 16,        /* ->init: ROWS, COLS of a PTY command */
+  HUTCH_MSG_STDIN_WRITTEN = 17, /* init->: BYTES of stdin reached the pipe (queue drained) */
+  HUTCH_MSG_ATTACH = 18,        /* client->shim: NAME, FLAGS(bit0 replay) */
+  HUTCH_MSG_ATTACHED = 19,      /* shim->client: NAME, DROPPED_OUT, DROPPED_ERR (u64) */
+  HUTCH_MSG_WAIT = 20,          /* client->shim: NAME; answered with EXIT when it ends */
+  HUTCH_MSG_LIST = 21,          /* client->shim: [NAME]; answered with LIST: JSON text */
+  HUTCH_MSG_ACK = 22,           /* generic success reply to a request id */
+  /* v2: file operations, answered by hutch-init (paths resolved inside) */
+  HUTCH_MSG_FS_STAT = 32,   /* PATH -> FS_RESULT(ENTRY) */
+  HUTCH_MSG_FS_LIST = 33,   /* PATH, DEPTH -> FS_RESULT(ENTRY...) */
+  HUTCH_MSG_FS_MKDIR = 34,  /* PATH, MODE, FLAGS(bit0 parents) -> FS_RESULT */
+  HUTCH_MSG_FS_REMOVE = 35, /* PATH, FLAGS(bit0 recursive) -> FS_RESULT */
+  HUTCH_MSG_FS_MOVE = 36,   /* PATH, PATH2, FLAGS(bit0 overwrite) -> FS_RESULT */
+  HUTCH_MSG_FS_OPEN = 37,   /* PATH, FLAGS(FS_O_*), MODE -> FS_RESULT(HANDLE, ENTRY) */
+  HUTCH_MSG_FS_READ = 38,   /* HANDLE, LEN(<=1MiB) -> FS_DATA (empty payload = EOF) */
+  HUTCH_MSG_FS_WRITE = 39,  /* HANDLE, DATA -> FS_RESULT */
+  HUTCH_MSG_FS_CLOSE = 40,  /* HANDLE -> FS_RESULT (errors of a write surface here) */
+  HUTCH_MSG_FS_RESULT = 41, /* init->: TLVs per request */
+  HUTCH_MSG_FS_DATA = 42,   /* init->: raw bytes */
 };
+
+/* Frame types in [HUTCH_MSG_FS_FIRST, HUTCH_MSG_FS_LAST] are file requests:
+ * the shim forwards them to hutch-init, remapping only the id. */
+#define HUTCH_MSG_FS_FIRST HUTCH_MSG_FS_STAT
+#define HUTCH_MSG_FS_LAST HUTCH_MSG_FS_CLOSE
 
 enum hutch_tag {
   HUTCH_TAG_VERSION = 1,
@@ -65,10 +91,37 @@ enum hutch_tag {
   HUTCH_TAG_MESSAGE = 14,
   HUTCH_TAG_INIT_PID = 15,
   HUTCH_TAG_SHIM_PID = 16,
+  HUTCH_TAG_ROWS = 17,
+  HUTCH_TAG_COLS = 18,
+  HUTCH_TAG_BYTES = 19,       /* u32 */
+  HUTCH_TAG_NAME = 20,        /* command id string (cmd_…) */
+  HUTCH_TAG_TAG = 21,         /* user tag of a command */
+  HUTCH_TAG_DATA = 22,        /* raw bytes */
+  HUTCH_TAG_DROPPED_OUT = 23, /* u64 */
+  HUTCH_TAG_DROPPED_ERR = 24, /* u64 */
+  HUTCH_TAG_PATH = 25,
+  HUTCH_TAG_PATH2 = 26,
+  HUTCH_TAG_DEPTH = 27,       /* u32 */
+  HUTCH_TAG_MODE = 28,        /* u32 permission bits */
+  HUTCH_TAG_HANDLE = 29,      /* u32 */
+  HUTCH_TAG_LEN = 30,         /* u32 */
+  HUTCH_TAG_ENTRY = 31,       /* nested TLVs: PATH, E_TYPE, E_SIZE, MODE, E_MTIME, UID, GID, E_LINK */
+  HUTCH_TAG_E_TYPE = 32,      /* u32: 1 file, 2 dir, 3 symlink, 4 other */
+  HUTCH_TAG_E_SIZE = 33,      /* u64 */
+  HUTCH_TAG_E_MTIME = 34,     /* u64 seconds since the epoch */
+  HUTCH_TAG_E_LINK = 35,      /* symlink target */
 };
 
+/* FS_OPEN flags */
+#define HUTCH_FS_O_READ 1u
+#define HUTCH_FS_O_WRITE 2u   /* create or truncate */
+#define HUTCH_FS_O_PARENTS 4u /* create missing parent directories (0755) */
+
 /* SPAWN flags */
-#define HUTCH_SPAWN_STDIN 1u /* keep a stdin pipe open (else /dev/null) */
+#define HUTCH_SPAWN_STDIN 1u  /* keep a stdin pipe open (else /dev/null) */
+#define HUTCH_SPAWN_PTY 2u    /* run on a new PTY of ROWS x COLS; output is STDOUT */
+#define HUTCH_SPAWN_FLOW 4u   /* read output only as CREDIT allows (lossless streaming) */
+#define HUTCH_SPAWN_ATTACH 8u /* client->shim: attach this connection at spawn */
 
 struct hutch_frame_hdr {
   uint32_t len;
@@ -95,6 +148,7 @@ void hutch_tlv_put(struct hutch_buf *b, uint8_t tag, const void *val, uint32_t l
 void hutch_tlv_put_str(struct hutch_buf *b, uint8_t tag, const char *s);
 void hutch_tlv_put_u32(struct hutch_buf *b, uint8_t tag, uint32_t v);
 void hutch_tlv_put_i32(struct hutch_buf *b, uint8_t tag, int32_t v);
+void hutch_tlv_put_u64(struct hutch_buf *b, uint8_t tag, uint64_t v);
 
 /* Iterator over a TLV payload.  hutch_tlv_next returns 1 with tag, val and len
  * set, 0 at the clean end, -1 on a truncated or malformed field. */
@@ -107,6 +161,12 @@ int hutch_tlv_next(struct hutch_tlv_iter *it, uint8_t *tag, const unsigned char 
 /* Decode helpers for fixed-size values: return -1 if len is wrong. */
 int hutch_tlv_u32(const unsigned char *val, uint32_t len, uint32_t *out);
 int hutch_tlv_i32(const unsigned char *val, uint32_t len, int32_t *out);
+int hutch_tlv_u64(const unsigned char *val, uint32_t len, uint64_t *out);
+/* First field with `tag` in a payload: 1 found, 0 absent, -1 malformed. */
+int hutch_tlv_find(const void *payload, size_t len, uint8_t tag, const unsigned char **val, uint32_t *vlen);
+/* Same, copied into a NUL-terminated string (rejects embedded NULs); caller frees. */
+char *hutch_tlv_find_str(const void *payload, size_t len, uint8_t tag);
+int hutch_tlv_find_u32(const void *payload, size_t len, uint8_t tag, uint32_t *out);
 
 /* Blocking frame I/O on a stream fd.  hutch_frame_read returns 1 with the
  * payload in `payload` (reset first), 0 on clean EOF before a header, -1 on
