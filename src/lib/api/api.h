@@ -6,6 +6,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 #include "common/err.h"
 #include "lifecycle/daemon.h"
@@ -23,13 +25,41 @@ struct hutch_req {
   bool tcp;              /* arrived over TCP (API-key authenticated) */
 };
 
+/* A streamed response body (downloads, attach, events): MHD pulls it with
+ * `read`, whose contract is MHD's content reader: return bytes written to
+ * buf (may block, this is a thread per connection), HUTCH_STREAM_END at the
+ * end, HUTCH_STREAM_ERROR to abort the connection. */
+#define HUTCH_STREAM_END (-1)
+#define HUTCH_STREAM_ERROR (-2)
+#define HUTCH_SIZE_UNKNOWN UINT64_MAX
+struct hutch_stream {
+  ssize_t (*read)(void *cls, uint64_t pos, char *buf, size_t max);
+  void (*free)(void *cls);
+  void *cls;
+  uint64_t size; /* HUTCH_SIZE_UNKNOWN: chunked */
+  const char *content_type;
+};
+
 struct hutch_resp {
   int status;
   json_t *json; /* owned; NULL for an empty body */
   const char *allow; /* Allow header for 405 */
+  struct hutch_stream stream; /* used when stream.read is set (json ignored) */
 };
 
 typedef void (*hutch_handler)(struct hutch_req *req, struct hutch_resp *resp);
+
+/* Routes whose request body is streamed (stdin, uploads): no size limit,
+ * the body goes to `data` as it arrives.  `begin` returns a state, or NULL
+ * with resp filled (an error answered before the body is read); `data`
+ * returns -1 with resp filled to stop; `end` fills resp.  `abort` frees the
+ * state when the connection ends early (may be NULL). */
+struct hutch_upload_ops {
+  void *(*begin)(struct hutch_req *req, struct hutch_resp *resp);
+  int (*data)(void *state, const char *buf, size_t n, struct hutch_resp *resp);
+  void (*end)(void *state, struct hutch_req *req, struct hutch_resp *resp);
+  void (*abort)(void *state);
+};
 
 /* Fill resp with the error convention's body from err. */
 void hutch_api_error(struct hutch_resp *resp, const hutch_err *err);
@@ -44,6 +74,10 @@ bool hutch_api_wait(struct hutch_req *req);
 /* Parse the body as a JSON object (400 on anything else). */
 json_t *hutch_api_body_object(struct hutch_req *req, hutch_err *err);
 
+/* Attach tokens (api/commands.c): a token minted for (sandbox, command) and
+ * not expired.  Constant-time. */
+bool hutch_attach_token_valid(struct hutch_ctx *ctx, const char *token, const char *sb_id, const char *cmd_id);
+
 /* Handlers */
 void hutch_h_health(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_sandbox_create(struct hutch_req *req, struct hutch_resp *resp);
@@ -55,6 +89,32 @@ void hutch_h_operation_get(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_key_create(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_key_list(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_key_delete(struct hutch_req *req, struct hutch_resp *resp);
+/* commands (api/commands.c) */
+void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_cmd_list(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_cmd_get(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_cmd_attach(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_cmd_signal(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_cmd_resize(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_cmd_wait(struct hutch_req *req, struct hutch_resp *resp);
+extern const struct hutch_upload_ops hutch_u_cmd_stdin;
+/* files (api/files.c) */
+void hutch_h_files_get(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_files_delete(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_files_stat(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_files_list(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_files_mkdir(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_files_move(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_files_tar_get(struct hutch_req *req, struct hutch_resp *resp);
+extern const struct hutch_upload_ops hutch_u_files_put;
+extern const struct hutch_upload_ops hutch_u_files_tar_put;
+/* sandbox timeout, metrics, events (api/timeout.c, api/metrics.c, api/events.c) */
+void hutch_h_sandbox_timeout(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_sandbox_metrics(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_metrics(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_events(struct hutch_req *req, struct hutch_resp *resp);
+/* Called by http.c after each request, for GET /metrics (api/metrics.c). */
+void hutch_metrics_observe_request(const char *method, const char *route, int status, double seconds);
 
 /* Server */
 struct hutch_server;

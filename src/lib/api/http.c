@@ -25,12 +25,20 @@ struct hutch_server {
   int unix_fd;
 };
 
+struct route;
+
 struct conn_state {
   char *body;
   size_t len, cap;
   bool too_large;
-  bool rejected; /* a response was queued before the body (413 by length) */
+  bool rejected;          /* a response was queued before the body */
   uint64_t t0;
+  const struct route *route; /* NULL: no route (404/405 answered at the end) */
+  struct hutch_req req;
+  char *params[4];
+  void *upload;           /* state of a streamed upload */
+  bool upload_failed;     /* `data` said stop: drain the rest, answer with resp */
+  struct hutch_resp resp; /* response being built by a streamed upload */
 };
 
 void hutch_api_error(struct hutch_resp *resp, const hutch_err *err) {
@@ -102,21 +110,44 @@ json_t *hutch_api_body_object(struct hutch_req *req, hutch_err *err) {
 struct route {
   const char *method;
   const char *pattern; /* segments; "*" captures one */
-  hutch_handler fn;
+  hutch_handler fn;    /* buffered JSON body, or */
+  const struct hutch_upload_ops *upload; /* streamed body */
   bool admin;          /* unix socket only */
+  bool token;          /* an attach token for params (sandbox, command) may replace the API key */
 };
 
 static const struct route routes[] = {
-    {"GET", "/healthz", hutch_h_health, false},
-    {"POST", "/v1/sandboxes", hutch_h_sandbox_create, false},
-    {"GET", "/v1/sandboxes", hutch_h_sandbox_list, false},
-    {"GET", "/v1/sandboxes/*", hutch_h_sandbox_get, false},
-    {"DELETE", "/v1/sandboxes/*", hutch_h_sandbox_delete, false},
-    {"POST", "/v1/sandboxes/*/exec", hutch_h_sandbox_exec, false},
-    {"GET", "/v1/operations/*", hutch_h_operation_get, false},
-    {"POST", "/v1/admin/keys", hutch_h_key_create, true},
-    {"GET", "/v1/admin/keys", hutch_h_key_list, true},
-    {"DELETE", "/v1/admin/keys/*", hutch_h_key_delete, true},
+    {"GET", "/healthz", hutch_h_health, NULL, false, false},
+    {"GET", "/metrics", hutch_h_metrics, NULL, false, false},
+    {"GET", "/v1/events", hutch_h_events, NULL, false, false},
+    {"POST", "/v1/sandboxes", hutch_h_sandbox_create, NULL, false, false},
+    {"GET", "/v1/sandboxes", hutch_h_sandbox_list, NULL, false, false},
+    {"GET", "/v1/sandboxes/*", hutch_h_sandbox_get, NULL, false, false},
+    {"DELETE", "/v1/sandboxes/*", hutch_h_sandbox_delete, NULL, false, false},
+    {"POST", "/v1/sandboxes/*/exec", hutch_h_sandbox_exec, NULL, false, false},
+    {"POST", "/v1/sandboxes/*/timeout", hutch_h_sandbox_timeout, NULL, false, false},
+    {"GET", "/v1/sandboxes/*/metrics", hutch_h_sandbox_metrics, NULL, false, false},
+    {"POST", "/v1/sandboxes/*/commands", hutch_h_cmd_start, NULL, false, false},
+    {"GET", "/v1/sandboxes/*/commands", hutch_h_cmd_list, NULL, false, false},
+    {"GET", "/v1/sandboxes/*/commands/*", hutch_h_cmd_get, NULL, false, true},
+    {"GET", "/v1/sandboxes/*/commands/*/attach", hutch_h_cmd_attach, NULL, false, true},
+    {"POST", "/v1/sandboxes/*/commands/*/stdin", NULL, &hutch_u_cmd_stdin, false, true},
+    {"POST", "/v1/sandboxes/*/commands/*/signal", hutch_h_cmd_signal, NULL, false, true},
+    {"POST", "/v1/sandboxes/*/commands/*/resize", hutch_h_cmd_resize, NULL, false, true},
+    {"POST", "/v1/sandboxes/*/commands/*/wait", hutch_h_cmd_wait, NULL, false, true},
+    {"GET", "/v1/sandboxes/*/files", hutch_h_files_get, NULL, false, false},
+    {"PUT", "/v1/sandboxes/*/files", NULL, &hutch_u_files_put, false, false},
+    {"DELETE", "/v1/sandboxes/*/files", hutch_h_files_delete, NULL, false, false},
+    {"GET", "/v1/sandboxes/*/files/stat", hutch_h_files_stat, NULL, false, false},
+    {"GET", "/v1/sandboxes/*/files/list", hutch_h_files_list, NULL, false, false},
+    {"POST", "/v1/sandboxes/*/files/mkdir", hutch_h_files_mkdir, NULL, false, false},
+    {"POST", "/v1/sandboxes/*/files/move", hutch_h_files_move, NULL, false, false},
+    {"GET", "/v1/sandboxes/*/files/tar", hutch_h_files_tar_get, NULL, false, false},
+    {"PUT", "/v1/sandboxes/*/files/tar", NULL, &hutch_u_files_tar_put, false, false},
+    {"GET", "/v1/operations/*", hutch_h_operation_get, NULL, false, false},
+    {"POST", "/v1/admin/keys", hutch_h_key_create, NULL, true, false},
+    {"GET", "/v1/admin/keys", hutch_h_key_list, NULL, true, false},
+    {"DELETE", "/v1/admin/keys/*", hutch_h_key_delete, NULL, true, false},
 };
 #define N_ROUTES (sizeof routes / sizeof *routes)
 
@@ -143,44 +174,69 @@ static bool match(const char *pattern, const char *path, char **caps, size_t *nc
   return false;
 }
 
-static void dispatch(struct hutch_req *req, struct hutch_resp *resp) {
+/* Find the route for (method, path).  Returns it with params captured into
+ * st, or NULL with resp filled (404, or 405 with Allow). */
+static const struct route *lookup(struct conn_state *st, const char *method, const char *path,
+                                  struct hutch_resp *resp) {
   char allow[128] = "";
   static __thread char allow_hdr[128];
   bool path_known = false;
   for (size_t i = 0; i < N_ROUTES; i++) {
     char *caps[4];
     size_t n;
-    if (!match(routes[i].pattern, req->path, caps, &n)) continue;
+    if (!match(routes[i].pattern, path, caps, &n)) continue;
     path_known = true;
-    bool ok = !strcmp(routes[i].method, req->method);
-    if (!ok && !strstr(allow, routes[i].method)) {
+    if (!strcmp(routes[i].method, method)) {
+      for (size_t c = 0; c < n; c++) st->params[c] = caps[c];
+      return &routes[i];
+    }
+    for (size_t c = 0; c < n; c++) free(caps[c]);
+    if (!strstr(allow, routes[i].method)) {
       if (*allow) strncat(allow, ", ", sizeof allow - strlen(allow) - 1);
       strncat(allow, routes[i].method, sizeof allow - strlen(allow) - 1);
     }
-    if (ok) {
-      if (routes[i].admin && req->tcp)
-        hutch_api_errorf(resp, 403, "forbidden", "admin calls are only accepted on the unix socket");
-      else {
-        for (size_t c = 0; c < n; c++) req->params[c] = caps[c];
-        routes[i].fn(req, resp);
-      }
-    }
-    for (size_t c = 0; c < n; c++) free(caps[c]);
-    if (ok) return;
   }
   if (path_known) {
     snprintf(allow_hdr, sizeof allow_hdr, "%s", allow);
     resp->allow = allow_hdr;
-    hutch_api_errorf(resp, 405, "method_not_allowed", "method %s is not allowed on %s (allowed: %s)", req->method,
-                     req->path, allow);
-    return;
+    hutch_api_errorf(resp, 405, "method_not_allowed", "method %s is not allowed on %s (allowed: %s)", method, path,
+                     allow);
+  } else {
+    hutch_api_errorf(resp, 404, "not_found", "no route for %s %s", method, path);
   }
-  hutch_api_errorf(resp, 404, "not_found", "no route for %s %s", req->method, req->path);
+  return NULL;
 }
 
 /* ---- MHD callbacks ------------------------------------------------------ */
 
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+  struct hutch_stream *s = cls;
+  return s->read(s->cls, pos, buf, max);
+}
+
+static void stream_free(void *cls) {
+  struct hutch_stream *s = cls;
+  if (s->free) s->free(s->cls);
+  free(s);
+}
+
 static enum MHD_Result send_json(struct MHD_Connection *conn, struct hutch_resp *resp) {
+  if (resp->stream.read) {
+    struct hutch_stream *s = xmalloc(sizeof *s);
+    *s = resp->stream;
+    resp->stream.read = NULL; /* ownership moves to MHD */
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        s->size == HUTCH_SIZE_UNKNOWN ? MHD_SIZE_UNKNOWN : s->size, 64 * 1024, stream_reader, s, stream_free);
+    if (!r) {
+      stream_free(s);
+      return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", s->content_type ? s->content_type : "application/octet-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)(resp->status ? resp->status : 200), r);
+    MHD_destroy_response(r);
+    return ret;
+  }
   char *text = resp->json ? json_dumps(resp->json, JSON_COMPACT) : NULL;
   size_t len = text ? strlen(text) : 0;
   if (text) {
@@ -201,10 +257,16 @@ static enum MHD_Result send_json(struct MHD_Connection *conn, struct hutch_resp 
   return ret;
 }
 
-static bool authorized(struct hutch_ctx *ctx, struct MHD_Connection *conn) {
+static bool authorized(struct hutch_ctx *ctx, struct MHD_Connection *conn, const struct conn_state *st) {
   const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-  if (!h || strncmp(h, "Bearer ", 7)) return false;
-  const char *key = h + 7;
+  const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
+  const char *key = h && !strncmp(h, "Bearer ", 7) ? h + 7 : NULL;
+  /* An attach token opens only its own command's routes. */
+  if (st->route && st->route->token && st->params[0] && st->params[1]) {
+    if (q && hutch_attach_token_valid(ctx, q, st->params[0], st->params[1])) return true;
+    if (key && hutch_attach_token_valid(ctx, key, st->params[0], st->params[1])) return true;
+  }
+  if (!key) return false;
   if (strlen(key) < 16 || strlen(key) > 256) return false;
   char hex[65];
   hutch_sha256_hex(key, strlen(key), hex);
@@ -218,6 +280,28 @@ static bool content_type_ok(struct MHD_Connection *conn) {
   return !strncasecmp(ct, "application/json", 16) || !strncasecmp(ct, "application/x-www-form-urlencoded", 33);
 }
 
+static void log_request(const char *method, const struct conn_state *st, const char *url, int status, bool tcp) {
+  char code[8], ms[32];
+  double secs = (double)(mono_us() - st->t0) / 1e6;
+  snprintf(code, sizeof code, "%d", status);
+  snprintf(ms, sizeof ms, "%.3f", secs * 1000.0);
+  hutch_log(status >= 500 ? LOG_WARN : LOG_DEBUG, "http.request", "method", method, "path", url, "status", code,
+            "dur_ms", ms, "via", tcp ? "tcp" : "unix", NULL);
+  hutch_metrics_observe_request(method, st->route ? st->route->pattern : "unmatched", status, secs);
+}
+
+static enum MHD_Result finish(struct conn_state *st, struct MHD_Connection *conn, const char *method, const char *url,
+                              struct hutch_resp *resp, bool tcp) {
+  int status = resp->status ? resp->status : 200;
+  enum MHD_Result r = send_json(conn, resp);
+  log_request(method, st, url, status, tcp);
+  json_decref(resp->json);
+  resp->json = NULL;
+  if (resp->stream.read && resp->stream.free) resp->stream.free(resp->stream.cls);
+  resp->stream.read = NULL;
+  return r;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls,
                                   bool tcp) {
@@ -227,13 +311,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     st = xcalloc(1, sizeof *st);
     st->t0 = mono_us();
     *con_cls = st;
+    st->req = (struct hutch_req){.ctx = ctx, .conn = conn, .method = method, .path = url, .tcp = tcp};
     /* Decide what can be decided before reading a body. */
     struct hutch_resp resp = {0};
-    if (tcp && strcmp(url, "/healthz") && !authorized(ctx, conn)) {
+    st->route = lookup(st, method, url, &resp);
+    for (size_t i = 0; i < 4; i++) st->req.params[i] = st->params[i];
+    if (tcp && strcmp(url, "/healthz") && !authorized(ctx, conn, st)) {
+      json_decref(resp.json);
+      resp = (struct hutch_resp){0};
       hutch_api_errorf(&resp, 401, "unauthorized", "missing or invalid API key (Authorization: Bearer <key>)");
-    } else {
+    } else if (st->route && st->route->admin && tcp) {
+      hutch_api_errorf(&resp, 403, "forbidden", "admin calls are only accepted on the unix socket");
+    } else if (st->route && st->route->upload) {
+      st->upload = st->route->upload->begin(&st->req, &resp);
+      if (!st->upload && !resp.status) hutch_api_errorf(&resp, 500, "internal", "upload could not start");
+    } else if (st->route) {
       const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-      uint64_t n;
+      uint64_t n = 0;
       if (cl && parse_u64(cl, UINT64_MAX, &n) == 0 && n > ctx->cfg.max_body)
         hutch_api_errorf(&resp, 413, "payload_too_large", "request body of %llu bytes exceeds the %zu byte limit",
                          (unsigned long long)n, ctx->cfg.max_body);
@@ -242,9 +336,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (resp.status) {
       st->rejected = true;
-      enum MHD_Result r = send_json(conn, &resp);
-      json_decref(resp.json);
-      return r;
+      return finish(st, conn, method, url, &resp, tcp);
     }
     return MHD_YES;
   }
@@ -253,7 +345,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
   }
   if (*upload_size) {
-    if (!st->too_large) {
+    if (st->upload) {
+      if (!st->upload_failed && st->route->upload->data(st->upload, upload, *upload_size, &st->resp) < 0)
+        st->upload_failed = true;
+    } else if (st->route && !st->too_large) {
       if (st->len + *upload_size > ctx->cfg.max_body) {
         st->too_large = true;
         free(st->body);
@@ -273,23 +368,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
   }
   struct hutch_resp resp = {.status = 200};
-  if (st->too_large) {
+  if (!st->route) {
+    lookup(st, method, url, &resp); /* 404 or 405 */
+  } else if (st->upload) {
+    if (st->upload_failed) {
+      resp = st->resp;
+      st->resp = (struct hutch_resp){0};
+      if (st->route->upload->abort) st->route->upload->abort(st->upload);
+    } else {
+      st->route->upload->end(st->upload, &st->req, &resp); /* `end` frees the state */
+    }
+    st->upload = NULL;
+  } else if (st->too_large) {
     hutch_api_errorf(&resp, 413, "payload_too_large", "request body exceeds the %zu byte limit", ctx->cfg.max_body);
   } else {
-    struct hutch_req req = {.ctx = ctx, .conn = conn, .method = method, .path = url, .tcp = tcp};
-    req.body = st->body ? st->body : "";
+    st->req.body = st->body ? st->body : "";
     if (st->body) st->body[st->len] = 0;
-    req.body_len = st->len;
-    dispatch(&req, &resp);
+    st->req.body_len = st->len;
+    st->route->fn(&st->req, &resp);
   }
-  enum MHD_Result r = send_json(conn, &resp);
-  char status[8], ms[32];
-  snprintf(status, sizeof status, "%d", resp.status);
-  snprintf(ms, sizeof ms, "%.3f", (double)(mono_us() - st->t0) / 1000.0);
-  hutch_log(resp.status >= 500 ? LOG_WARN : LOG_DEBUG, "http.request", "method", method, "path", url, "status",
-            status, "dur_ms", ms, "via", tcp ? "tcp" : "unix", NULL);
-  json_decref(resp.json);
-  return r;
+  return finish(st, conn, method, url, &resp, tcp);
 }
 
 static enum MHD_Result on_unix(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -305,6 +403,9 @@ static enum MHD_Result on_tcp(void *cls, struct MHD_Connection *conn, const char
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode t) {
   struct conn_state *st = *con_cls;
   if (!st) return;
+  if (st->upload && st->route->upload->abort) st->route->upload->abort(st->upload);
+  for (size_t i = 0; i < 4; i++) free(st->params[i]);
+  json_decref(st->resp.json);
   free(st->body);
   free(st);
   *con_cls = NULL;

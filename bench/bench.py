@@ -1,0 +1,1208 @@
+#!/usr/bin/python3
+"""hutch benchmarks: what a user of the public API sees, beside baselines
+measured in the same invocation (issue 3).  See bench/README.md.
+
+    make bench                                 # default sizes (a few minutes)
+    /usr/bin/python3 bench/bench.py --quick    # smoke run, ~30-60 s
+
+Every client talks HTTP/1.1 to hutchd over its unix socket.  Unless a row
+says otherwise, each client thread keeps ONE keep-alive connection for all
+its requests (what an SDK with a connection pool does); the "new connection"
+rows open a connection per request (what `curl` or the CLI does).
+
+Everything this program starts it stops: sandboxes are deleted through the
+API, warm-pool members by restarting hutchd with --pool 0, and a last sweep
+kills any process of its instances by pid, removes their cgroups, uid
+claims and temporary directories.  Every loop is bounded in count and in
+time (--max-seconds, enforced by a deadline and a SIGALRM backstop).
+
+Stdlib only; Linux; run as root.
+"""
+
+import argparse
+import datetime
+import http.client
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "bench", "results")
+
+# The issue's targets for the native runtime on the 2-core build machine.
+TARGETS = [
+    # key, description, metric path, comparison, bound, unit
+    ("create_p50", "create-to-ready p50, no pool, sequential", ("create_seq_nopool", "p50"), "<=", 10.0, "ms"),
+    ("create_p99", "create-to-ready p99, no pool, sequential", ("create_seq_nopool", "p99"), "<=", 30.0, "ms"),
+    ("pool_p50", "create-to-ready p50, pool claims (paced sequential)", ("create_seq_pool_claims", "p50"), "<=", 2.0, "ms"),
+    ("exec_p50", "exec round trip of `true` p50 (keep-alive)", ("exec_keepalive", "p50"), "<=", 2.0, "ms"),
+    ("cycles", "create+exec+delete cycles per second, concurrency 8", ("cycles_c8", "per_s"), ">=", 100.0, "/s"),
+    ("density", "host memory per idle sandbox (at the largest density point)", ("density_max", "per_sandbox_mib"), "<=", 3.0, "MiB"),
+]
+
+BWRAP_ARGV = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+              "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
+              "--proc", "/proc", "--dev", "/dev", "/bin/true"]
+
+
+class Timeout(Exception):
+    pass
+
+
+class Budget:
+    """The run's deadline.  Loops ask `left()` and stop early (marking their
+    result truncated) rather than overrun; SIGALRM is the backstop."""
+
+    def __init__(self, seconds):
+        self.t0 = time.monotonic()
+        self.end = self.t0 + seconds
+
+    def left(self):
+        return self.end - time.monotonic()
+
+    def ok(self, reserve=0.0):
+        return self.left() > reserve
+
+    def elapsed(self):
+        return time.monotonic() - self.t0
+
+
+def log(msg):
+    sys.stderr.write("[bench %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stderr.flush()
+
+
+# -- statistics ----------------------------------------------------------------
+
+
+def pct(sorted_v, p):
+    """Percentile with linear interpolation between closest ranks."""
+    if not sorted_v:
+        return None
+    if len(sorted_v) == 1:
+        return sorted_v[0]
+    k = (len(sorted_v) - 1) * p / 100.0
+    f = math.floor(k)
+    c = min(f + 1, len(sorted_v) - 1)
+    return sorted_v[f] + (sorted_v[c] - sorted_v[f]) * (k - f)
+
+
+def summarize(samples_ms, **extra):
+    s = sorted(samples_ms)
+    out = {"n": len(s)}
+    if s:
+        out.update({
+            "min": round(s[0], 3), "p50": round(pct(s, 50), 3), "p90": round(pct(s, 90), 3),
+            "p99": round(pct(s, 99), 3), "max": round(s[-1], 3), "mean": round(sum(s) / len(s), 3),
+        })
+    out.update(extra)
+    return out
+
+
+# -- HTTP over the unix socket --------------------------------------------------
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=60.0):
+        super().__init__("hutch", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(self.unix_path)
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
+
+
+class ApiError(Exception):
+    pass
+
+
+class Client:
+    """One client connection.  keepalive=True reuses the connection for every
+    request (reconnecting, and counting it, if hutchd closed it);
+    keepalive=False opens and closes a connection per request."""
+
+    def __init__(self, sock_path, keepalive=True, timeout=120.0):
+        self.path = sock_path
+        self.keepalive = keepalive
+        self.timeout = timeout
+        self.conn = None
+        self.reconnects = 0
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def request(self, method, url, body=None):
+        """Returns (status, parsed JSON or None, elapsed ms).  The time runs
+        from just before the request is written to the end of the body."""
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        if data is None and method in ("POST", "PUT"):
+            headers["Content-Length"] = "0"
+        for attempt in (0, 1):
+            fresh = self.conn is None
+            if fresh:
+                self.conn = UnixHTTPConnection(self.path, self.timeout)
+            t0 = time.perf_counter()
+            try:
+                self.conn.request(method, url, body=data, headers=headers)
+                r = self.conn.getresponse()
+                raw = r.read()
+                t1 = time.perf_counter()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                self.close()
+                if fresh or attempt:
+                    raise ApiError("%s %s: %r" % (method, url, e))
+                self.reconnects += 1
+                continue
+            if not self.keepalive or r.will_close:
+                self.close()
+            try:
+                js = json.loads(raw) if raw else None
+            except ValueError:
+                js = None
+            return r.status, js, (t1 - t0) * 1000.0
+        raise ApiError("unreachable")
+
+    # API calls ---------------------------------------------------------------
+
+    def healthz(self):
+        return self.request("GET", "/healthz")
+
+    def create(self, body=None):
+        st, js, ms = self.request("POST", "/v1/sandboxes?wait=true", body if body is not None else {})
+        if st != 201 or not isinstance(js, dict) or js.get("state") != "running":
+            raise ApiError("create: %s %s" % (st, json.dumps(js)[:500]))
+        return js, ms
+
+    def exec_true(self, sid):
+        st, js, ms = self.request("POST", "/v1/sandboxes/%s/exec" % sid, {"argv": ["true"]})
+        if st != 200 or not isinstance(js, dict) or js.get("exit_code") != 0:
+            raise ApiError("exec: %s %s" % (st, json.dumps(js)[:500]))
+        return js, ms
+
+    def delete(self, sid):
+        st, js, ms = self.request("DELETE", "/v1/sandboxes/%s?wait=true" % sid)
+        if st not in (200, 404):
+            raise ApiError("delete %s: %s %s" % (sid, st, json.dumps(js)[:500]))
+        return js, ms
+
+    def list_ids(self):
+        st, js, _ = self.request("GET", "/v1/sandboxes")
+        if st != 200:
+            raise ApiError("list: %s %s" % (st, js))
+        return [s["id"] for s in js.get("sandboxes", [])]
+
+
+# -- host helpers -----------------------------------------------------------------
+
+
+def read(path, default=None):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return default
+
+
+def proc_cmdline(pid):
+    raw = read("/proc/%d/cmdline" % pid)
+    return raw.replace("\0", " ").strip() if raw else ""
+
+
+def pids():
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def smaps_pss_kib(pid):
+    txt = read("/proc/%d/smaps_rollup" % pid)
+    if not txt:
+        return None
+    for line in txt.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    return None
+
+
+def status_kib(pid, field):
+    txt = read("/proc/%d/status" % pid) or ""
+    for line in txt.splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return None
+
+
+def meminfo_kib(field):
+    for line in (read("/proc/meminfo") or "").splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return None
+
+
+def cgroup_mounts():
+    """{controller or 'unified': mount point} from /proc/self/mountinfo."""
+    out = {}
+    for line in (read("/proc/self/mountinfo") or "").splitlines():
+        left, _, right = line.partition(" - ")
+        lf, rf = left.split(), right.split()
+        if not rf:
+            continue
+        if rf[0] == "cgroup2":
+            out.setdefault("unified", lf[4])
+        elif rf[0] == "cgroup" and len(rf) > 2:
+            for o in rf[2].split(","):
+                if o in ("memory", "pids", "cpu", "cpuacct", "freezer", "cpuset", "devices", "blkio") or o.startswith("name="):
+                    out.setdefault(o, lf[4])
+    return out
+
+
+def host_cgroup_version():
+    for line in (read("/proc/self/mountinfo") or "").splitlines():
+        f = line.split()
+        if len(f) > 4 and f[4] == "/sys/fs/cgroup":
+            return "v2" if " - cgroup2 " in line else "v1"
+    return "unknown"
+
+
+def sandbox_cgroup_memory(instance, sid, version):
+    """(bytes, breakdown dict) of the sandbox cgroup's own memory charge."""
+    m = cgroup_mounts()
+    if version == "v1" and "memory" in m:
+        d = os.path.join(m["memory"], "hutch-" + instance, sid)
+        usage = read(os.path.join(d, "memory.usage_in_bytes"))
+        stat = read(os.path.join(d, "memory.stat")) or ""
+        keys = ("rss", "cache", "mapped_file", "shmem")
+        br = {}
+        for line in stat.splitlines():
+            k, _, v = line.partition(" ")
+            if k in keys:
+                br[k] = int(v)
+        kmem = read(os.path.join(d, "memory.kmem.usage_in_bytes"))
+        if kmem is not None:
+            br["kmem"] = int(kmem)
+        return (int(usage) if usage else None), br
+    root = m.get("unified", "/sys/fs/cgroup") if version == "v1" else "/sys/fs/cgroup"
+    d = os.path.join(root, "hutch-" + instance, sid)
+    cur = read(os.path.join(d, "memory.current"))
+    stat = read(os.path.join(d, "memory.stat")) or ""
+    br = {}
+    for line in stat.splitlines():
+        k, _, v = line.partition(" ")
+        if k in ("anon", "file", "kernel", "kernel_stack", "pagetables", "slab", "sock", "shmem"):
+            br[k] = int(v)
+    return (int(cur) if cur else None), br
+
+
+def git_facts():
+    def g(*a):
+        try:
+            return subprocess.run(["git", "-C", REPO] + list(a), capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return {"commit": g("rev-parse", "--short=12", "HEAD"), "dirty": bool(g("status", "--porcelain", "--", "src"))}
+
+
+def tool_version(argv):
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        return (r.stdout or r.stderr).strip().splitlines()[0] if (r.stdout or r.stderr).strip() else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def other_hutch_processes(mine):
+    """hutch-shim/hutchd processes on the host that are not this run's: a
+    noise indicator on a shared machine."""
+    n = 0
+    for pid in pids():
+        c = proc_cmdline(pid)
+        if not c or any(m in c for m in mine):
+            continue
+        base = os.path.basename(c.split()[0])
+        if base in ("hutch-shim", "hutchd"):
+            n += 1
+    return n
+
+
+def machine_facts():
+    cpu = ""
+    for line in (read("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "os": "Debian " + (read("/etc/debian_version", "?").strip()),
+        "mem_total_mib": round((meminfo_kib("MemTotal") or 0) / 1024),
+        "cgroup_host": host_cgroup_version(),
+        "python": platform.python_version(),
+        "bwrap": tool_version(["bwrap", "--version"]),
+        "runsc": tool_version(["runsc", "--version"]),
+    }
+
+
+# -- hutchd ---------------------------------------------------------------------------
+
+
+class Hutchd:
+    """One hutchd on short temporary paths: /tmp/hbXXXX/{data,run,api.sock}."""
+
+    def __init__(self, build, label, pool=0, workers=None):
+        self.build = build
+        self.label = label
+        self.pool = pool
+        self.workers = workers
+        self.root = tempfile.mkdtemp(prefix="hbench-", dir="/tmp")
+        self.data = os.path.join(self.root, "data")
+        self.run = os.path.join(self.root, "run")
+        self.sock = os.path.join(self.root, "api.sock")
+        os.mkdir(self.data, 0o700)
+        os.mkdir(self.run, 0o700)
+        self.logf = os.path.join(self.root, "hutchd.log")
+        self.proc = None
+        self.instance = None
+        self.cgroup = None
+        self.created = set()  # ids this run created and has not yet deleted
+        self.cleaned = False
+
+    def start(self, pool=None, timeout=60):
+        pool = self.pool if pool is None else pool
+        cmd = [os.path.join(self.build, "hutchd"), "--data-dir", self.data, "--socket", self.sock,
+               "--run-dir", self.run, "--pool", str(pool)]
+        if self.workers:
+            cmd += ["--workers", str(self.workers)]
+        with open(self.logf, "ab") as lf:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=lf, stderr=lf,
+                                         start_new_session=True, cwd="/")
+        c = Client(self.sock, keepalive=False, timeout=5)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError("hutchd exited with %s; log tail:\n%s" % (self.proc.returncode, self.log_tail()))
+            if os.path.exists(self.sock):
+                try:
+                    st, js, _ = c.healthz()
+                    if st == 200 and isinstance(js, dict):
+                        self.instance = js["instance"]
+                        self.cgroup = js.get("cgroup")
+                        return js
+                except (OSError, ApiError):
+                    pass
+            time.sleep(0.02)
+        raise RuntimeError("hutchd not ready after %ss; log tail:\n%s" % (timeout, self.log_tail()))
+
+    def log_tail(self, n=30):
+        txt = read(self.logf, "") or ""
+        return "\n".join(txt.splitlines()[-n:])
+
+    def health(self):
+        st, js, _ = Client(self.sock, keepalive=False, timeout=10).healthz()
+        if st != 200:
+            raise ApiError("healthz: %s" % st)
+        return js
+
+    def pool_ready(self):
+        return self.health()["pool"]["ready"]
+
+    def wait_pool(self, n, timeout, interval=0.01):
+        """Seconds until healthz pool.ready >= n, or None on timeout."""
+        t0 = time.monotonic()
+        c = Client(self.sock, keepalive=True, timeout=10)
+        try:
+            while time.monotonic() - t0 < timeout:
+                st, js, _ = c.healthz()
+                if st == 200 and js["pool"]["ready"] >= n:
+                    return time.monotonic() - t0
+                time.sleep(interval)
+        finally:
+            c.close()
+        return None
+
+    def rss_kib(self):
+        return status_kib(self.proc.pid, "VmRSS") if self.proc else None
+
+    def my_shims(self):
+        return [p for p in pids() if self.data in proc_cmdline(p) and "hutch-shim" in proc_cmdline(p)]
+
+    def delete_all(self, conc=8, budget_s=120):
+        """Delete every sandbox this run created (and any other the API lists)."""
+        c = Client(self.sock)
+        try:
+            ids = set(c.list_ids()) | set(self.created)
+        finally:
+            c.close()
+        ids = sorted(ids)
+        lat = run_concurrent(self.sock, len(ids), conc, lambda cl, i: cl.delete(ids[i])[1], budget_s)
+        for sid in ids:
+            self.created.discard(sid)
+        return lat
+
+    def stop(self, drain_pool):
+        """Stop hutchd.  A pool's members outlive hutchd, so with drain_pool
+        hutchd is restarted with --pool 0, whose start-up deletes them, and
+        stopped once their shims are gone."""
+        if self.proc is None:
+            return
+        if drain_pool and self.proc.poll() is None:
+            self._term()
+            try:
+                self.start(pool=0, timeout=30)
+                end = time.monotonic() + 60
+                while self.my_shims() and time.monotonic() < end:
+                    time.sleep(0.05)
+            except RuntimeError as e:
+                log("restart to drain the pool failed: %s" % e)
+        self._term()
+
+    def _term(self):
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            log("hutchd (%s) ignored SIGTERM for 20 s: killed" % self.label)
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def cleanup_host(self):
+        """Last sweep: anything of this instance still on the host goes, by
+        pid, then its cgroups, uid claims and directories.  Returns a list of
+        what had to be removed (empty when hutchd cleaned up after itself)."""
+        if self.cleaned:
+            return []
+        self.cleaned = True
+        leftovers = []
+        if self.proc is not None and self.proc.poll() is None:
+            self._term()
+        cg = cgroup_mounts()
+        cg_dirs = []
+        if self.instance:
+            for k, mnt in cg.items():
+                d = os.path.join(mnt, "hutch-" + self.instance)
+                if os.path.isdir(d):
+                    cg_dirs.append(d)
+        for _ in range(3):
+            victims = set()
+            for p in pids():
+                c = proc_cmdline(p)
+                if self.data in c or self.root in c:
+                    victims.add(p)
+            for d in cg_dirs:
+                for dp, _, _ in os.walk(d):
+                    for line in (read(os.path.join(dp, "cgroup.procs"), "") or "").split():
+                        victims.add(int(line))
+            victims.discard(os.getpid())
+            if not victims:
+                break
+            leftovers.append("killed processes %s" % sorted(victims))
+            for p in victims:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.3)
+        for d in cg_dirs:
+            subdirs = sorted((dp for dp, _, _ in os.walk(d)), key=len, reverse=True)
+            for dp in subdirs:
+                for _ in range(30):
+                    try:
+                        os.rmdir(dp)
+                        if dp != d:
+                            leftovers.append("removed cgroup %s" % dp)
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        time.sleep(0.1)
+        # uid range claims (shared directory; only files naming our data dir)
+        ud = "/run/hutch/uids"
+        if os.path.isdir(ud):
+            for f in os.listdir(ud):
+                p = os.path.join(ud, f)
+                if (read(p, "") or "").startswith(self.data + " "):
+                    leftovers.append("removed uid claim %s" % p)
+                    try:
+                        os.unlink(p)
+                    except OSError:
+                        pass
+        for line in (read("/proc/self/mountinfo") or "").splitlines():
+            mp = line.split()[4]
+            if mp.startswith(self.root + "/"):
+                leftovers.append("unmounted %s" % mp)
+                subprocess.run(["umount", "-l", mp], capture_output=True, timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+        return leftovers
+
+
+# -- drivers --------------------------------------------------------------------------
+
+
+def run_concurrent(sock, n, conc, fn, budget_s, keepalive=True):
+    """Run fn(client, i) for i in 0..n-1 on `conc` threads, each with its own
+    client connection.  fn returns a value (usually ms) or raises.  Stops
+    handing out work after budget_s.  Returns dict(results, errors, wall_s,
+    truncated, reconnects)."""
+    lock = threading.Lock()
+    nxt = [0]
+    results = [None] * n
+    errors = []
+    stop_at = time.monotonic() + budget_s
+    clients = []
+
+    def worker():
+        cl = Client(sock, keepalive=keepalive)
+        with lock:
+            clients.append(cl)
+        while True:
+            with lock:
+                if nxt[0] >= n or time.monotonic() > stop_at or len(errors) > 10:
+                    break
+                i = nxt[0]
+                nxt[0] += 1
+            try:
+                results[i] = fn(cl, i)
+            except Exception as e:  # noqa: BLE001 — recorded, reported
+                with lock:
+                    errors.append(repr(e)[:300])
+        cl.close()
+
+    t0 = time.monotonic()
+    ths = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(conc, n)))]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(budget_s + 150)
+    wall = time.monotonic() - t0
+    done = [r for r in results if r is not None]
+    return {"results": done, "errors": errors, "wall_s": wall, "truncated": len(done) + len(errors) < n,
+            "reconnects": sum(c.reconnects for c in clients)}
+
+
+def run_baseline(argv, timeout=30):
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       timeout=timeout)
+    ms = (time.perf_counter() - t0) * 1000.0
+    if r.returncode != 0:
+        raise RuntimeError("%s exited %d: %s" % (argv[0], r.returncode, r.stderr.decode(errors="replace")[:300]))
+    return ms
+
+
+class Bench:
+    def __init__(self, args):
+        self.a = args
+        self.build = os.path.abspath(os.environ.get("HUTCH_BUILD") or os.path.join(REPO, "build"))
+        self.budget = Budget(args.max_seconds)
+        self.stats = {}      # name -> summary dict
+        self.samples = {}    # name -> list of ms
+        self.notes = []
+        self.daemons = []
+        self.density = []
+        self.runsc_root = None
+
+    def note(self, s):
+        log("note: " + s)
+        self.notes.append(s)
+
+    def record(self, name, samples, **extra):
+        self.samples[name] = list(samples)
+        self.stats[name] = summarize(samples, **extra)
+        s = self.stats[name]
+        log("%-28s n=%-4d p50=%s p99=%s max=%s %s" % (name, s["n"], s.get("p50"), s.get("p99"), s.get("max"),
+                                                     " ".join("%s=%s" % kv for kv in extra.items())))
+
+    def check_errors(self, name, r):
+        if r["errors"]:
+            self.note("%s: %d errors, first: %s" % (name, len(r["errors"]), r["errors"][0]))
+        if r["truncated"]:
+            self.note("%s: stopped early by the time budget (%d done)" % (name, len(r["results"])))
+
+    def phase_budget(self, frac_cap=None):
+        """Seconds a phase may take: what is left minus a reserve for cleanup."""
+        return max(1.0, self.budget.left() - self.a.reserve_s)
+
+    # -- phases ---------------------------------------------------------------------
+
+    def warmup(self, d, n):
+        c = Client(d.sock)
+        try:
+            for _ in range(n):
+                sb, _ = c.create()
+                d.created.add(sb["id"])
+                c.exec_true(sb["id"])
+                c.delete(sb["id"])
+                d.created.discard(sb["id"])
+        finally:
+            c.close()
+
+    def density_point(self, d, live, base):
+        time.sleep(self.a.settle_s)
+        shim, init, cgm, brs = [], [], [], []
+        for sb in live:
+            h = sb.get("host") or {}
+            shim.append(smaps_pss_kib(h.get("shim_pid", -1)) or 0)
+            init.append(smaps_pss_kib(h.get("init_pid", -1)) or 0)
+            b, br = sandbox_cgroup_memory(d.instance, sb["id"], d.cgroup)
+            cgm.append((b or 0) / 1024.0)
+            brs.append(br)
+        n = len(live)
+        rss = d.rss_kib() or 0
+        avail = meminfo_kib("MemAvailable") or 0
+        mean = lambda v: sum(v) / len(v) if v else 0.0  # noqa: E731
+        hutchd_growth = (rss - base["rss_kib"]) / n
+        br_mean = {}
+        for br in brs:
+            for k, v in br.items():
+                br_mean[k] = br_mean.get(k, 0) + v / n / 1048576.0
+        p = {
+            "live": n,
+            "shim_pss_mib": round(mean(shim) / 1024, 3),
+            "init_pss_mib": round(mean(init) / 1024, 3),
+            "cgroup_mib": round(mean(cgm) / 1024, 3),
+            "cgroup_breakdown_mib": {k: round(v, 3) for k, v in sorted(br_mean.items())},
+            "hutchd_rss_growth_mib": round(hutchd_growth / 1024, 3),
+            "hutchd_rss_mib": round(rss / 1024, 1),
+            "host_memavailable_drop_mib": round((base["avail_kib"] - avail) / n / 1024, 3),
+        }
+        p["per_sandbox_mib"] = round(p["shim_pss_mib"] + p["init_pss_mib"] + p["cgroup_mib"] + p["hutchd_rss_growth_mib"], 3)
+        p["per_sandbox_mib_without_init_pss"] = round(p["per_sandbox_mib"] - p["init_pss_mib"], 3)
+        self.density.append(p)
+        log("density at %d live: %s" % (n, json.dumps(p)))
+        return p
+
+    def run_nopool(self):
+        a = self.a
+        d = Hutchd(self.build, "no-pool", pool=0)
+        self.daemons.append(d)
+        h = d.start()
+        self.cgroup_version = h.get("cgroup")
+        log("hutchd (no pool) instance %s, cgroup %s" % (d.instance, d.cgroup))
+        self.warmup(d, a.warmup)
+
+        # API floor: GET /healthz, keep-alive.
+        r = run_concurrent(d.sock, a.n_health, 1, lambda c, i: c.healthz()[2], self.phase_budget())
+        self.check_errors("healthz", r)
+        self.record("healthz_keepalive", r["results"])
+
+        # Sequential creates (kept alive), bwrap/runsc interleaved, density points on the way.
+        base = {"rss_kib": d.rss_kib() or 0, "avail_kib": meminfo_kib("MemAvailable") or 0}
+        points = sorted({p for p in a.density if 0 < p <= a.n_create})
+        n_total = max([a.n_create] + points)
+        runsc_every = max(1, n_total // max(1, a.n_runsc)) if a.n_runsc else 0
+        c = Client(d.sock)
+        create_ms, bwrap_ms, runsc_ms, live = [], [], [], []
+        errors = []
+        stop_at = time.monotonic() + self.phase_budget()
+        for i in range(n_total):
+            if time.monotonic() > stop_at:
+                self.note("sequential creates stopped early by the time budget at %d" % i)
+                break
+            try:
+                sb, ms = c.create()
+            except (ApiError, OSError) as e:
+                errors.append(repr(e))
+                if len(errors) > 5:
+                    break
+                continue
+            d.created.add(sb["id"])
+            live.append(sb)
+            create_ms.append(ms)
+            if len(bwrap_ms) < a.n_bwrap:
+                try:
+                    bwrap_ms.append(run_baseline(BWRAP_ARGV))
+                except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                    self.note("bwrap failed: %s" % e)
+                    a.n_bwrap = 0
+            if runsc_every and i % runsc_every == 0 and len(runsc_ms) < a.n_runsc:
+                try:
+                    runsc_ms.append(run_baseline(self.runsc_argv(), timeout=60))
+                except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                    self.note("runsc failed: %s" % e)
+                    a.n_runsc = 0
+            if len(live) in points:
+                self.density_point(d, live, base)
+        if errors:
+            self.note("sequential creates: %d errors, first: %s" % (len(errors), errors[0]))
+        # Baselines not finished in the interleaved loop (N larger than creates).
+        while len(bwrap_ms) < a.n_bwrap and self.budget.ok(a.reserve_s):
+            bwrap_ms.append(run_baseline(BWRAP_ARGV))
+        while len(runsc_ms) < a.n_runsc and self.budget.ok(a.reserve_s):
+            runsc_ms.append(run_baseline(self.runsc_argv(), timeout=60))
+        self.record("create_seq_nopool", create_ms, live_at_end=len(live))
+        if bwrap_ms:
+            self.record("bwrap", bwrap_ms)
+        if runsc_ms:
+            self.record("runsc", runsc_ms)
+
+        # Exec round trips, with every sandbox above still alive.
+        if live:
+            sid = live[0]["id"]
+            r = run_concurrent(d.sock, a.n_exec, 1, lambda cl, i: cl.exec_true(sid)[1], self.phase_budget())
+            self.check_errors("exec", r)
+            self.record("exec_keepalive", r["results"], live=len(live), reconnects=r["reconnects"])
+            r = run_concurrent(d.sock, a.n_exec_fresh, 1, lambda cl, i: cl.exec_true(sid)[1], self.phase_budget(),
+                               keepalive=False)
+            self.check_errors("exec (new connection)", r)
+            self.record("exec_newconn", r["results"], live=len(live))
+            r = run_concurrent(d.sock, a.n_exec, a.concurrency,
+                               lambda cl, i: cl.exec_true(live[i % len(live)]["id"])[1], self.phase_budget())
+            self.check_errors("exec c8", r)
+            self.record("exec_c%d" % a.concurrency, r["results"], per_s=round(len(r["results"]) / r["wall_s"], 1))
+        c.close()
+
+        # Sequential deletes of everything above.
+        c = Client(d.sock)
+        del_ms = []
+        for sb in live:
+            if not self.budget.ok(a.reserve_s / 2):
+                break
+            try:
+                del_ms.append(c.delete(sb["id"])[1])
+                d.created.discard(sb["id"])
+            except (ApiError, OSError) as e:
+                self.note("delete: %s" % e)
+        c.close()
+        self.record("delete_seq", del_ms)
+
+        # Creates at concurrency 8 (kept alive), then deletes at concurrency 8.
+        def create_one(cl, i):
+            sb, ms = cl.create()
+            with self.lock:
+                d.created.add(sb["id"])
+            return ms
+        r = run_concurrent(d.sock, a.n_create, a.concurrency, create_one, self.phase_budget())
+        self.check_errors("create c8", r)
+        self.record("create_c%d_nopool" % a.concurrency, r["results"], per_s=round(len(r["results"]) / r["wall_s"], 1))
+        r = d.delete_all(conc=a.concurrency, budget_s=self.phase_budget())
+        self.check_errors("delete c8", r)
+        self.record("delete_c%d" % a.concurrency, r["results"])
+
+        # create + exec + delete cycles at concurrency 8.
+        def cycle(cl, i):
+            t0 = time.perf_counter()
+            sb, _ = cl.create()
+            with self.lock:
+                d.created.add(sb["id"])
+            cl.exec_true(sb["id"])
+            cl.delete(sb["id"])
+            with self.lock:
+                d.created.discard(sb["id"])
+            return (time.perf_counter() - t0) * 1000.0
+        r = run_concurrent(d.sock, a.n_cycles, a.concurrency, cycle, self.phase_budget())
+        self.check_errors("cycles", r)
+        self.record("cycles_c%d" % a.concurrency, r["results"], per_s=round(len(r["results"]) / r["wall_s"], 1),
+                    wall_s=round(r["wall_s"], 3))
+        self.stats["cycles_c8"] = self.stats["cycles_c%d" % a.concurrency]
+
+        d.delete_all(conc=a.concurrency, budget_s=60)
+        d.stop(drain_pool=False)
+        left = d.cleanup_host()
+        if left:
+            self.note("hutchd (no pool) left behind after SIGTERM: %s" % "; ".join(left)[:500])
+
+    def run_pool(self):
+        a = self.a
+        P = a.pool
+        d = Hutchd(self.build, "pool", pool=P)
+        self.daemons.append(d)
+        d.start()
+        log("hutchd (--pool %d) instance %s" % (P, d.instance))
+        t = d.wait_pool(P, 120)
+        if t is None:
+            self.note("pool never reached %d ready in 120 s" % P)
+            return
+        self.stats["pool_initial_fill_s"] = round(t, 3)
+        # Warm-up: one claim, delete, refill.
+        self.warmup(d, 1)
+        d.wait_pool(P, 60)
+
+        def seq(name, n, pace_s):
+            c = Client(d.sock)
+            ms_all, claims, normal = [], [], []
+            stop_at = time.monotonic() + self.phase_budget()
+            for i in range(n):
+                if time.monotonic() > stop_at:
+                    self.note("%s stopped early by the time budget at %d" % (name, i))
+                    break
+                try:
+                    sb, ms = c.create()
+                except (ApiError, OSError) as e:
+                    self.note("%s: %s" % (name, e))
+                    break
+                d.created.add(sb["id"])
+                ms_all.append(ms)
+                (claims if sb.get("from_pool") else normal).append(ms)
+                if pace_s:
+                    time.sleep(pace_s)
+            c.close()
+            return ms_all, claims, normal
+
+        # 1. Back-to-back sequential creates: the pool drains, then refills behind.
+        ms_all, claims, normal = seq("pool back-to-back", a.n_create, 0)
+        t0 = time.monotonic()
+        refill = d.wait_pool(P, 120)
+        self.record("create_seq_pool_b2b", ms_all, from_pool=len(claims))
+        if claims:
+            self.record("create_seq_pool_b2b_claims", claims)
+        if normal:
+            self.record("create_seq_pool_b2b_fallback", normal)
+        d.delete_all(conc=a.concurrency, budget_s=self.phase_budget())
+        if refill is not None:
+            self.stats["pool_refill"] = {"size": P, "seconds": round(refill, 3),
+                                         "per_s": round(P / refill, 1) if refill > 0 else None,
+                                         "live_while_refilling": len(ms_all)}
+        refill_interval = (refill / P) if refill else 0.05
+        d.wait_pool(P, 120)
+
+        # 2. Paced sequential creates, a pause between them so that the pool can keep up.
+        pace = a.pool_pace_ms / 1000.0 if a.pool_pace_ms is not None else max(0.02, 1.25 * refill_interval)
+        ms_all, claims, normal = seq("pool paced", a.n_create, pace)
+        self.record("create_seq_pool_paced", ms_all, from_pool=len(claims), pace_ms=round(pace * 1000, 1))
+        self.record("create_seq_pool_claims", claims, pace_ms=round(pace * 1000, 1), of=len(ms_all))
+        if normal:
+            self.record("create_seq_pool_paced_fallback", normal)
+        d.delete_all(conc=a.concurrency, budget_s=self.phase_budget())
+        d.wait_pool(P, 120)
+
+        # 3. Concurrency 8, back-to-back.
+        fp = [0]
+
+        def create_one(cl, i):
+            sb, ms = cl.create()
+            with self.lock:
+                d.created.add(sb["id"])
+                if sb.get("from_pool"):
+                    fp[0] += 1
+            return ms
+        r = run_concurrent(d.sock, a.n_create, a.concurrency, create_one, self.phase_budget())
+        self.check_errors("pool create c8", r)
+        self.record("create_c%d_pool" % a.concurrency, r["results"], from_pool=fp[0],
+                    per_s=round(len(r["results"]) / r["wall_s"], 1))
+        d.delete_all(conc=a.concurrency, budget_s=max(30, self.phase_budget()))
+        d.stop(drain_pool=True)
+        left = d.cleanup_host()
+        if left:
+            self.note("hutchd (pool) left behind after draining and SIGTERM: %s" % "; ".join(left)[:500])
+
+    def runsc_argv(self):
+        if self.runsc_root is None:
+            self.runsc_root = tempfile.mkdtemp(prefix="hbench-rs-", dir="/tmp")
+        return ["runsc", "--root", self.runsc_root, "--platform=ptrace", "--network=none", "do", "/bin/true"]
+
+    # -- the whole run ---------------------------------------------------------------
+
+    def run(self):
+        self.lock = threading.Lock()
+        self.started = datetime.datetime.now(datetime.timezone.utc)
+        self.machine = machine_facts()
+        self.machine["loadavg_start"] = (read("/proc/loadavg", "") or "").split()[:3]
+        self.machine["other_hutch_processes_start"] = other_hutch_processes(["/tmp/hbench-"])
+        for tool in ("bwrap", "runsc"):
+            if not shutil.which(tool):
+                self.note("%s not found: its baseline is skipped" % tool)
+                setattr(self.a, "n_" + tool, 0)
+        try:
+            self.run_nopool()
+            if self.a.pool > 0 and self.budget.ok(self.a.reserve_s):
+                self.run_pool()
+        finally:
+            for d in self.daemons:
+                try:
+                    if d.proc is not None and d.proc.poll() is None:
+                        try:
+                            d.delete_all(conc=4, budget_s=30)
+                        except Exception as e:  # noqa: BLE001
+                            log("delete_all (%s): %r" % (d.label, e))
+                        d.stop(drain_pool=d.pool > 0)
+                finally:
+                    left = d.cleanup_host()
+                    if left:
+                        self.note("cleanup (%s): %s" % (d.label, "; ".join(left)[:500]))
+            if self.runsc_root:
+                self.cleanup_runsc()
+        self.machine["loadavg_end"] = (read("/proc/loadavg", "") or "").split()[:3]
+        self.elapsed = self.budget.elapsed()
+
+    def cleanup_runsc(self):
+        for p in pids():
+            if self.runsc_root in proc_cmdline(p):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                    self.note("killed leftover runsc process %d" % p)
+                except ProcessLookupError:
+                    pass
+        shutil.rmtree(self.runsc_root, ignore_errors=True)
+
+
+# -- report ----------------------------------------------------------------------------
+
+
+def fmt(v, nd=2):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return ("%%.%df" % nd) % v
+    return str(v)
+
+
+def evaluate_targets(b):
+    out = []
+    for key, desc, (name, field), op, bound, unit in TARGETS:
+        if name == "density_max":
+            v = b.density[-1]["per_sandbox_mib"] if b.density else None
+        else:
+            v = (b.stats.get(name) or {}).get(field)
+        if v is None:
+            verdict = "n/a"
+        else:
+            verdict = "met" if (v <= bound if op == "<=" else v >= bound) else "missed"
+        out.append({"target": key, "what": desc, "bound": "%s %s %s" % (op, bound, unit), "value": v, "unit": unit,
+                    "result": verdict})
+    return out
+
+
+def ratios(b):
+    out = {}
+    for base in ("bwrap", "runsc"):
+        bs = b.stats.get(base)
+        if not bs or not bs.get("n"):
+            continue
+        for name in ("create_seq_nopool", "create_c8_nopool", "create_seq_pool_claims"):
+            s = b.stats.get(name)
+            if s and s.get("n"):
+                out["%s/%s" % (name, base)] = {"p50": round(s["p50"] / bs["p50"], 2), "p90": round(s["p90"] / bs["p90"], 2),
+                                               "p99": round(s["p99"] / bs["p99"], 2)}
+    return out
+
+
+def table(b, targets, rat):
+    L = []
+    a = b.a
+    m = b.machine
+    L.append("hutch benchmark  %s  (%d cores, %s, kernel %s, cgroup %s, %s)" % (
+        b.started.strftime("%Y-%m-%d %H:%M UTC"), m["nproc"], m["cpu"], m["kernel"],
+        getattr(b, "cgroup_version", "?"), m["os"]))
+    L.append("transport: HTTP/1.1 over hutchd's unix socket; one keep-alive connection per client thread "
+             "unless a row says `new connection`; times are request-write to response-end in this Python client")
+    L.append("")
+    hdr = "%-44s %5s %8s %8s %8s %8s  %s" % ("latency (ms)", "n", "p50", "p90", "p99", "max", "notes")
+    L.append(hdr)
+    L.append("-" * len(hdr))
+    rows = [
+        ("GET /healthz (API floor)", "healthz_keepalive", ""),
+        ("create, no pool, sequential", "create_seq_nopool", "all kept alive (0 → %d live)" % b.stats.get("create_seq_nopool", {}).get("live_at_end", 0)),
+        ("create, no pool, concurrency %d" % a.concurrency, "create_c%d_nopool" % a.concurrency, ""),
+        ("create, pool %d, sequential back-to-back" % a.pool, "create_seq_pool_b2b", ""),
+        ("  of which pool claims", "create_seq_pool_b2b_claims", ""),
+        ("  of which ordinary creates (pool empty)", "create_seq_pool_b2b_fallback", ""),
+        ("create, pool %d, sequential paced" % a.pool, "create_seq_pool_paced", ""),
+        ("  of which pool claims", "create_seq_pool_claims", ""),
+        ("create, pool %d, concurrency %d" % (a.pool, a.concurrency), "create_c%d_pool" % a.concurrency, ""),
+        ("exec `true`, keep-alive", "exec_keepalive", ""),
+        ("exec `true`, new connection per request", "exec_newconn", ""),
+        ("exec `true`, concurrency %d over live sandboxes" % a.concurrency, "exec_c%d" % a.concurrency, ""),
+        ("delete, sequential", "delete_seq", ""),
+        ("delete, concurrency %d" % a.concurrency, "delete_c%d" % a.concurrency, ""),
+        ("create+exec+delete cycle, concurrency %d" % a.concurrency, "cycles_c%d" % a.concurrency, ""),
+        ("baseline: bwrap --unshare-all /bin/true", "bwrap", "interleaved with the sequential creates"),
+        ("baseline: runsc (gVisor, ptrace) do /bin/true", "runsc", "interleaved with the sequential creates"),
+    ]
+    for label, key, note in rows:
+        s = b.stats.get(key)
+        if not s or not s.get("n"):
+            continue
+        extra = []
+        if "from_pool" in s:
+            extra.append("from_pool %d/%d" % (s["from_pool"], s["n"]))
+        if "pace_ms" in s:
+            extra.append("pause %s ms between creates" % s["pace_ms"])
+        if "per_s" in s:
+            extra.append("%s/s" % s["per_s"])
+        if note:
+            extra.append(note)
+        L.append("%-44s %5d %8s %8s %8s %8s  %s" % (label, s["n"], fmt(s["p50"]), fmt(s["p90"]), fmt(s["p99"]),
+                                                   fmt(s["max"]), "; ".join(extra)))
+    L.append("%-44s %5s %8s %8s %8s %8s  %s" % ("baseline: QEMU boot to agent", "-", "n/a", "", "", "",
+                                               "n/a (no vm runtime yet)"))
+    pr = b.stats.get("pool_refill")
+    if pr:
+        L.append("pool refill: %d members back in %.2f s (%s/s) after a back-to-back run, %d live" % (
+            pr["size"], pr["seconds"], pr["per_s"], pr["live_while_refilling"]))
+    L.append("")
+    if rat:
+        L.append("ratios hutch / baseline (p50, p90, p99):")
+        for k, v in rat.items():
+            L.append("  %-40s %6.2f %6.2f %6.2f" % (k, v["p50"], v["p90"], v["p99"]))
+        L.append("  QEMU: n/a (no vm runtime yet)")
+        L.append("")
+    if b.density:
+        L.append("density (MiB per idle sandbox)   live  shim PSS  init PSS  cgroup  hutchd RSS growth  total  (total w/o init PSS)  host MemAvailable drop")
+        for p in b.density:
+            L.append("                                 %4d  %8.3f  %8.3f  %6.3f  %17.3f  %5.2f  %21.2f  %22.2f" % (
+                p["live"], p["shim_pss_mib"], p["init_pss_mib"], p["cgroup_mib"], p["hutchd_rss_growth_mib"],
+                p["per_sandbox_mib"], p["per_sandbox_mib_without_init_pss"], p["host_memavailable_drop_mib"]))
+        L.append("  cgroup breakdown at %d live: %s" % (b.density[-1]["live"], json.dumps(b.density[-1]["cgroup_breakdown_mib"])))
+        L.append("")
+    L.append("targets (issue 3):")
+    for t in targets:
+        L.append("  %-7s %-62s %-12s %s" % (t["result"], t["what"], t["bound"],
+                                           fmt(t["value"]) + (" " + t["unit"] if t["value"] is not None else "")))
+    if b.notes:
+        L.append("")
+        L.append("notes:")
+        for n in b.notes:
+            L.append("  - " + n)
+    L.append("")
+    L.append("total %.1f s; load average %s → %s; other hutchd/hutch-shim processes on the host at start: %d" % (
+        b.elapsed, " ".join(b.machine["loadavg_start"]), " ".join(b.machine["loadavg_end"]),
+        b.machine["other_hutch_processes_start"]))
+    return "\n".join(L)
+
+
+def plot(b, out_png):
+    series = [("create, no pool (seq)", "create_seq_nopool"), ("create, no pool (c8)", "create_c8_nopool"),
+              ("create, pool claims (paced)", "create_seq_pool_claims"), ("exec true (keep-alive)", "exec_keepalive"),
+              ("bwrap /bin/true", "bwrap"), ("runsc do /bin/true", "runsc")]
+    series = [(t, k) for t, k in series if b.samples.get(k)]
+    if not series or not shutil.which("gnuplot"):
+        return False
+    tmp = tempfile.mkdtemp(prefix="hbench-plot-", dir="/tmp")
+    try:
+        plots = []
+        for i, (title, key) in enumerate(series):
+            s = sorted(b.samples[key])
+            fn = os.path.join(tmp, "%d.dat" % i)
+            with open(fn, "w") as f:
+                for j, v in enumerate(s):
+                    f.write("%.4f %.5f\n" % (max(v, 0.01), (j + 1) / len(s)))
+            plots.append("'%s' using 1:2 with steps lw 2 title '%s (n=%d, p50 %.2f ms)'" % (
+                fn, title, len(s), pct(s, 50)))
+        gp = os.path.join(tmp, "plot.gp")
+        with open(gp, "w") as f:
+            f.write("set terminal pngcairo size 1000,600 font 'sans,10'\n")
+            f.write("set output '%s'\n" % out_png)
+            f.write("set title 'hutch latency distributions (CDF), %s, %d cores'\n" % (
+                b.started.strftime("%Y-%m-%d"), b.machine["nproc"]))
+            f.write("set logscale x\nset xlabel 'milliseconds (log scale)'\nset ylabel 'fraction of requests'\n")
+            f.write("set yrange [0:1]\nset grid\nset key bottom right\n")
+            f.write("plot " + ", \\\n  ".join(plots) + "\n")
+        r = subprocess.run(["gnuplot", gp], capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            log("gnuplot failed: %s" % r.stderr[:500])
+            return False
+        return True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small N everywhere: a smoke run of ~30-60 s")
+    ap.add_argument("--n-create", type=int, default=200, help="creates per create row (default 200)")
+    ap.add_argument("--n-exec", type=int, default=1000, help="exec round trips (default 1000)")
+    ap.add_argument("--n-exec-fresh", type=int, default=200, help="execs with a new connection each (default 200)")
+    ap.add_argument("--n-health", type=int, default=200, help="GET /healthz round trips (default 200)")
+    ap.add_argument("--n-cycles", type=int, default=200, help="create+exec+delete cycles (default 200)")
+    ap.add_argument("--n-bwrap", type=int, default=200, help="bwrap runs (default 200; 0 skips)")
+    ap.add_argument("--n-runsc", type=int, default=30, help="runsc runs (default 30; 0 skips)")
+    ap.add_argument("--density", default="50,200", help="live counts at which to measure memory (default 50,200)")
+    ap.add_argument("--concurrency", type=int, default=8, help="client threads for the concurrent rows (default 8)")
+    ap.add_argument("--pool", type=int, default=16, help="warm pool size of the second hutchd (default 16; 0 skips)")
+    ap.add_argument("--pool-pace-ms", type=float, default=None,
+                    help="pause between paced pool creates (default: 1.25 x the measured refill interval)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed create+exec+delete before measuring (default 5)")
+    ap.add_argument("--settle-s", type=float, default=1.0, help="pause before a density measurement (default 1)")
+    ap.add_argument("--max-seconds", type=float, default=900, help="hard bound on the whole run (default 900)")
+    ap.add_argument("--reserve-s", type=float, default=60, help="part of the bound kept for cleanup (default 60)")
+    ap.add_argument("--results-dir", default=RESULTS, help="where JSON and PNG go (default bench/results)")
+    ap.add_argument("--no-save", action="store_true", help="print the table only; write no files")
+    a = ap.parse_args()
+    if a.quick:
+        a.n_create, a.n_exec, a.n_exec_fresh, a.n_health = min(a.n_create, 20), min(a.n_exec, 100), 20, 20
+        a.n_cycles, a.n_bwrap, a.n_runsc, a.density = min(a.n_cycles, 24), min(a.n_bwrap, 20), min(a.n_runsc, 3), "5,20"
+        a.pool, a.warmup, a.settle_s = min(a.pool, 4), 2, 0.3
+        a.max_seconds = min(a.max_seconds, 180)
+        a.reserve_s = min(a.reserve_s, 30)
+    a.density = [int(x) for x in str(a.density).split(",") if x.strip()]
+    if os.geteuid() != 0:
+        sys.exit("bench: must run as root (hutchd needs it)")
+    b = Bench(a)
+    for binary in ("hutchd", "hutch-shim", "hutch-init"):
+        if not os.access(os.path.join(b.build, binary), os.X_OK):
+            sys.exit("bench: %s/%s is not built; run `make`" % (b.build, binary))
+
+    def on_alarm(signum, frame):
+        raise Timeout("hard time bound (--max-seconds %s + grace) reached" % a.max_seconds)
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(int(a.max_seconds + 120))
+    failed = None
+    try:
+        b.run()
+    except (Timeout, KeyboardInterrupt, Exception) as e:  # noqa: BLE001 — report what was measured
+        failed = repr(e)
+        b.note("run aborted: %s" % failed)
+        b.machine.setdefault("loadavg_end", (read("/proc/loadavg", "") or "").split()[:3])
+        b.elapsed = b.budget.elapsed()
+    finally:
+        signal.alarm(0)
+
+    targets = evaluate_targets(b)
+    rat = ratios(b)
+    print(table(b, targets, rat))
+    if a.no_save:
+        return 1 if failed else 0
+    os.makedirs(a.results_dir, exist_ok=True)
+    stamp = b.started.strftime("%Y%m%dT%H%M%SZ")
+    doc = {
+        "date": b.started.isoformat(timespec="seconds"),
+        "command": "make bench" if not a.quick else "bench/bench.py --quick",
+        "argv": sys.argv[1:],
+        "hutch": git_facts(),
+        "machine": b.machine,
+        "cgroup_version": getattr(b, "cgroup_version", None),
+        "transport": "HTTP/1.1 over the unix socket; one keep-alive connection per client thread unless the row says newconn",
+        "percentiles": "linear interpolation between closest ranks; milliseconds",
+        "params": {k: v for k, v in vars(a).items() if k not in ("results_dir",)},
+        "latency_ms": b.stats,
+        "density": b.density,
+        "ratios": rat,
+        "qemu": "n/a (no vm runtime yet)",
+        "targets": targets,
+        "notes": b.notes,
+        "aborted": failed,
+        "elapsed_s": round(b.elapsed, 1),
+    }
+    latest = os.path.join(a.results_dir, "latest.json")
+    with open(os.path.join(a.results_dir, stamp + ".json"), "w") as f:
+        json.dump(dict(doc, samples_ms={k: [round(x, 3) for x in v] for k, v in b.samples.items()}), f)
+    with open(latest, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=False)
+        f.write("\n")
+    png = os.path.join(a.results_dir, "latest.png")
+    if plot(b, png):
+        shutil.copyfile(png, os.path.join(a.results_dir, stamp + ".png"))
+    log("wrote %s, %s.json%s" % (latest, stamp, ", latest.png" if os.path.exists(png) else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
