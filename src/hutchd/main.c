@@ -26,6 +26,8 @@ static void usage(FILE *f) {
           "  --workers N         lifecycle worker threads (default 4)\n"
           "  --max-body BYTES    request body limit (default 1048576)\n"
           "  --pool N            keep N sandboxes of the default shape ready (default 0)\n"
+          "  --output-buffer B   ring buffer per command output stream (default 1048576)\n"
+          "  --attach-token-ttl S  lifetime of attach tokens in seconds (default 900)\n"
           "  --pool-template T   template of the warm pool (default host)\n"
           "  --log-level LEVEL   debug|info|warn|error (default info)\n"
           "  --version\n");
@@ -51,7 +53,8 @@ int main(int argc, char **argv) {
       {"uid-lock-dir", required_argument, NULL, 'u'}, {"libexec-dir", required_argument, NULL, 'x'},
       {"workers", required_argument, NULL, 'w'},    {"max-body", required_argument, NULL, 'b'},
       {"log-level", required_argument, NULL, 'L'},  {"pool", required_argument, NULL, 'p'},
-      {"pool-template", required_argument, NULL, 'P'},  {"version", no_argument, NULL, 'V'},
+      {"pool-template", required_argument, NULL, 'P'}, {"output-buffer", required_argument, NULL, 'O'},
+      {"attach-token-ttl", required_argument, NULL, 'T'},  {"version", no_argument, NULL, 'V'},
       {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
   };
   int o;
@@ -84,6 +87,16 @@ int main(int argc, char **argv) {
         ctx.cfg.pool_size = (uint32_t)n;
         break;
       case 'P': free(ctx.cfg.pool_template), ctx.cfg.pool_template = xstrdup(optarg); break;
+      case 'O':
+        if (parse_u64(optarg, 1u << 30, &n) < 0 || n < 4096)
+          return fprintf(stderr, "hutchd: --output-buffer: 4096..1GiB\n"), 2;
+        ctx.cfg.output_buffer = (size_t)n;
+        break;
+      case 'T':
+        if (parse_u64(optarg, 7 * 24 * 3600, &n) < 0 || n < 10)
+          return fprintf(stderr, "hutchd: --attach-token-ttl: 10..604800\n"), 2;
+        ctx.cfg.attach_token_ttl_s = (uint32_t)n;
+        break;
       case 'V': printf("hutchd %s\n", HUTCH_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;

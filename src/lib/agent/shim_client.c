@@ -28,8 +28,12 @@ int hutch_shim_launch(const struct hutch_shim_launch *l, pid_t *shim_pid, pid_t 
   }
   /* Everything the child needs is prepared before fork: after it, only
    * async-signal-safe calls (hutchd is multi-threaded). */
-  char *const argv[] = {(char *)"hutch-shim", (char *)"--config", (char *)l->config_path, (char *)"--socket",
-                        (char *)l->socket_path, (char *)"--ready-fd", (char *)"3", NULL};
+  char ring[32];
+  snprintf(ring, sizeof ring, "%zu", l->output_buffer ? l->output_buffer : (size_t)1 << 20);
+  char *const argv[] = {(char *)"hutch-shim", (char *)"--config",       (char *)l->config_path,
+                        (char *)"--socket",   (char *)l->socket_path,  (char *)"--ready-fd",
+                        (char *)"3",          (char *)"--output-buffer", ring,
+                        NULL};
   const char *fault = getenv("HUTCH_FAULT");
   char fault_env[256];
   snprintf(fault_env, sizeof fault_env, "HUTCH_FAULT=%s", fault ? fault : "");
@@ -175,102 +179,194 @@ static char *buf_to_str(struct hutch_buf *b, size_t *len) {
   return s;
 }
 
+int hutch_shim_conn_open(struct hutch_shim_conn *c, const char *socket_path, int timeout_s, hutch_err *err) {
+  memset(c, 0, sizeof *c);
+  c->next_id = 1;
+  hutch_buf_init(&c->payload);
+  c->fd = hutch_shim_connect(socket_path, err);
+  if (c->fd < 0) return -1;
+  if (timeout_s > 0) set_timeouts(c->fd, timeout_s);
+  return 0;
+}
+
+void hutch_shim_conn_close(struct hutch_shim_conn *c) {
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+  hutch_buf_free(&c->payload);
+}
+
+uint32_t hutch_shim_conn_send(struct hutch_shim_conn *c, uint16_t type, const void *p, size_t n, hutch_err *err) {
+  uint32_t id = c->next_id++;
+  if (hutch_frame_write(c->fd, type, id, p, n, err) < 0) {
+    err->status = 503;
+    snprintf(err->code, sizeof err->code, "unavailable");
+    return 0;
+  }
+  return id;
+}
+
+int hutch_shim_conn_read(struct hutch_shim_conn *c, struct hutch_frame_hdr *h, hutch_err *err) {
+  int r = hutch_frame_read(c->fd, h, &c->payload, err);
+  if (r == 0) hutch_err_set(err, 503, "unavailable", "the sandbox's shim closed the connection (sandbox stopped?)");
+  if (r < 0 && err->errnum == EAGAIN)
+    hutch_err_set(err, 503, "unavailable", "the sandbox did not answer in time");
+  return r;
+}
+
+int hutch_shim_error(const void *payload, size_t len, hutch_err *err) {
+  uint32_t en = 0;
+  hutch_tlv_find_u32(payload, len, HUTCH_TAG_ERRNO, &en);
+  cleanup_free char *msg = hutch_tlv_find_str(payload, len, HUTCH_TAG_MESSAGE);
+  int status = 500;
+  const char *code = "internal";
+  switch (en) {
+    case ENOENT:
+    case ESRCH: status = 404, code = "not_found"; break;
+    case EINVAL:
+    case ENAMETOOLONG:
+    case ELOOP:
+    case EXDEV: status = 400, code = "invalid_argument"; break;
+    case EEXIST:
+    case ENOTEMPTY:
+    case EISDIR:
+    case ENOTDIR:
+    case EPIPE:
+    case EBUSY: status = 409, code = "conflict"; break;
+    case EACCES:
+    case EPERM:
+    case EROFS: status = 403, code = "forbidden"; break;
+    case ENOSPC:
+    case EDQUOT: status = 507, code = "insufficient_storage"; break;
+    case EAGAIN:
+    case EMFILE: status = 503, code = "unavailable"; break;
+    default: break;
+  }
+  hutch_err_set(err, status, code, "%s", msg ? msg : strerror((int)en));
+  err->errnum = (int)en;
+  return -1;
+}
+
+int hutch_shim_conn_call(struct hutch_shim_conn *c, uint16_t type, const void *p, size_t n, struct hutch_frame_hdr *h,
+                         hutch_err *err) {
+  uint32_t id = hutch_shim_conn_send(c, type, p, n, err);
+  if (!id) return -1;
+  for (;;) {
+    if (hutch_shim_conn_read(c, h, err) <= 0) return -1;
+    if (h->id != id) continue;
+    if (h->type == HUTCH_MSG_ERROR) return hutch_shim_error(c->payload.data, c->payload.len, err);
+    return 0;
+  }
+}
+
 int hutch_shim_exec(const char *socket_path, const struct hutch_exec_req *req, struct hutch_exec_result *res,
                     hutch_err *err) {
   memset(res, 0, sizeof *res);
   uint64_t t0 = mono_us();
-  cleanup_close int fd = hutch_shim_connect(socket_path, err);
-  if (fd < 0) return -1;
-  /* Sends must not hang forever if the shim wedges; receives are bounded by
-   * the command's own timeout plus a margin. */
+  struct hutch_shim_conn c;
+  if (hutch_shim_conn_open(&c, socket_path, 0, err) < 0) return -1;
+  /* Sends must not hang forever if the shim wedges. */
   struct timeval stv = {.tv_sec = 30};
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof stv);
+  setsockopt(c.fd, SOL_SOCKET, SO_SNDTIMEO, &stv, sizeof stv);
   struct hutch_buf b;
   hutch_buf_init(&b);
+  /* FLOW: the command's output is paced by this reader, so nothing is lost
+   * between the command and the caps below; ATTACH: stream it here. */
   hutch_spawn_encode(&b, req->argv, req->envp, req->cwd, req->timeout_ms, 0, 0,
-                     req->stdin_data ? HUTCH_SPAWN_STDIN : 0);
-  int rc = hutch_frame_write(fd, HUTCH_MSG_SPAWN, 1, b.data, b.len, err);
+                     HUTCH_SPAWN_FLOW | HUTCH_SPAWN_ATTACH | (req->stdin_data ? HUTCH_SPAWN_STDIN : 0));
+  hutch_tlv_put_str(&b, HUTCH_TAG_NAME, req->name);
+  uint32_t spawn_id = hutch_shim_conn_send(&c, HUTCH_MSG_SPAWN, b.data, b.len, err);
   hutch_buf_free(&b);
-  if (rc < 0) return hutch_err_wrap(err, "send command to shim");
+  if (!spawn_id) {
+    hutch_shim_conn_close(&c);
+    return hutch_err_wrap(err, "send command to shim");
+  }
+  int ret = 0;
   if (req->stdin_data) {
+    /* Bounded by the request body limit, well under init's stdin queue. */
     const unsigned char *p = req->stdin_data;
     size_t left = req->stdin_len;
-    while (left > 0) {
+    while (left > 0 && ret == 0) {
       size_t chunk = left > 65536 ? 65536 : left;
-      if (hutch_frame_write(fd, HUTCH_MSG_STDIN, 1, p, chunk, err) < 0) return hutch_err_wrap(err, "send stdin");
+      hutch_buf_init(&b);
+      hutch_tlv_put_str(&b, HUTCH_TAG_NAME, req->name);
+      hutch_tlv_put(&b, HUTCH_TAG_DATA, p, (uint32_t)chunk);
+      if (!hutch_shim_conn_send(&c, HUTCH_MSG_STDIN, b.data, b.len, err)) ret = hutch_err_wrap(err, "send stdin");
+      hutch_buf_free(&b);
       p += chunk;
       left -= chunk;
     }
-    if (hutch_frame_write(fd, HUTCH_MSG_STDIN_CLOSE, 1, NULL, 0, err) < 0) return hutch_err_wrap(err, "close stdin");
+    hutch_buf_init(&b);
+    hutch_tlv_put_str(&b, HUTCH_TAG_NAME, req->name);
+    if (ret == 0 && !hutch_shim_conn_send(&c, HUTCH_MSG_STDIN_CLOSE, b.data, b.len, err))
+      ret = hutch_err_wrap(err, "close stdin");
+    hutch_buf_free(&b);
   }
-  struct hutch_buf out, errb, payload;
+  struct hutch_buf out, errb;
   hutch_buf_init(&out);
   hutch_buf_init(&errb);
-  hutch_buf_init(&payload);
-  int ret = 0;
   uint64_t limit_ms = req->timeout_ms ? (uint64_t)req->timeout_ms + 30000 : 0;
-  for (;;) {
+  while (ret == 0) {
     if (limit_ms) {
       uint64_t elapsed = (mono_us() - t0) / 1000;
       if (elapsed >= limit_ms) {
         ret = hutch_err_sys(err, ETIMEDOUT, "no exit report from the sandbox");
         break;
       }
-      struct pollfd p = {.fd = fd, .events = POLLIN};
+      struct pollfd p = {.fd = c.fd, .events = POLLIN};
       int pr = poll(&p, 1, (int)(limit_ms - elapsed));
       if (pr < 0 && errno == EINTR) continue;
       if (pr == 0) continue;
     }
     struct hutch_frame_hdr h;
-    int r = hutch_frame_read(fd, &h, &payload, err);
-    if (r < 0) {
+    if (hutch_shim_conn_read(&c, &h, err) <= 0) {
       ret = hutch_err_wrap(err, "read from shim");
       break;
     }
-    if (r == 0) {
-      ret = hutch_err_set(err, 503, "unavailable", "the sandbox's shim closed the connection (sandbox stopped?)");
-      break;
-    }
-    if (h.id != 1) continue;
+    if (h.id != spawn_id) continue; /* stdin acknowledgements */
+    const unsigned char *pd = c.payload.data;
+    size_t pl = c.payload.len;
     if (h.type == HUTCH_MSG_STARTED) {
       res->started = true;
-    } else if (h.type == HUTCH_MSG_STDOUT) {
-      capture(&out, payload.data, payload.len, req->max_output, &res->truncated);
-    } else if (h.type == HUTCH_MSG_STDERR) {
-      capture(&errb, payload.data, payload.len, req->max_output, &res->truncated);
-    } else if (h.type == HUTCH_MSG_EXIT || h.type == HUTCH_MSG_ERROR) {
-      struct hutch_tlv_iter it;
-      uint8_t tag;
+    } else if (h.type == HUTCH_MSG_ATTACHED) {
+      uint64_t d = 0;
       const unsigned char *v;
       uint32_t vl;
-      int32_t code = 0, sig = 0;
-      uint32_t to = 0, en = 0;
-      const char *msg = NULL;
-      uint32_t msglen = 0;
-      hutch_tlv_iter_init(&it, payload.data, payload.len);
-      while (hutch_tlv_next(&it, &tag, &v, &vl) == 1) {
-        if (tag == HUTCH_TAG_EXIT_CODE) hutch_tlv_i32(v, vl, &code);
-        else if (tag == HUTCH_TAG_SIGNO) hutch_tlv_i32(v, vl, &sig);
-        else if (tag == HUTCH_TAG_TIMED_OUT) hutch_tlv_u32(v, vl, &to);
-        else if (tag == HUTCH_TAG_ERRNO) hutch_tlv_u32(v, vl, &en);
-        else if (tag == HUTCH_TAG_MESSAGE) msg = (const char *)v, msglen = vl;
+      if ((hutch_tlv_find(pd, pl, HUTCH_TAG_DROPPED_OUT, &v, &vl) == 1 && hutch_tlv_u64(v, vl, &d) == 0 && d) ||
+          (hutch_tlv_find(pd, pl, HUTCH_TAG_DROPPED_ERR, &v, &vl) == 1 && hutch_tlv_u64(v, vl, &d) == 0 && d))
+        res->truncated = true;
+    } else if (h.type == HUTCH_MSG_STDOUT) {
+      capture(&out, pd, pl, req->max_output, &res->truncated);
+    } else if (h.type == HUTCH_MSG_STDERR) {
+      capture(&errb, pd, pl, req->max_output, &res->truncated);
+    } else if (h.type == HUTCH_MSG_EXIT) {
+      int32_t v32 = 0;
+      uint32_t to = 0;
+      const unsigned char *v;
+      uint32_t vl;
+      if (hutch_tlv_find(pd, pl, HUTCH_TAG_SIGNO, &v, &vl) == 1 && hutch_tlv_i32(v, vl, &v32) == 0) res->signo = v32;
+      else if (hutch_tlv_find(pd, pl, HUTCH_TAG_EXIT_CODE, &v, &vl) == 1 && hutch_tlv_i32(v, vl, &v32) == 0)
+        res->exit_code = v32;
+      hutch_tlv_find_u32(pd, pl, HUTCH_TAG_TIMED_OUT, &to);
+      res->timed_out = to != 0;
+      break;
+    } else if (h.type == HUTCH_MSG_ERROR) {
+      uint32_t en = 0;
+      hutch_tlv_find_u32(pd, pl, HUTCH_TAG_ERRNO, &en);
+      if (res->started) continue;
+      res->spawn_errno = (int)en;
+      res->spawn_error = hutch_tlv_find_str(pd, pl, HUTCH_TAG_MESSAGE);
+      if (!res->spawn_error) res->spawn_error = xstrdup("the command could not start");
+      if (en == EEXIST || en == EINVAL || en == EAGAIN) {
+        ret = hutch_shim_error(pd, pl, err);
+        break;
       }
-      if (h.type == HUTCH_MSG_ERROR) {
-        if (res->started && (en == EPIPE || en == ENOBUFS)) continue; /* stdin trouble; keep reading */
-        res->spawn_errno = (int)en;
-        res->spawn_error = msg ? xstrndup(msg, msglen) : xstrdup("spawn failed");
-        res->exit_code = en == ENOENT ? 127 : 126;
-      } else {
-        res->exit_code = code;
-        res->signo = sig;
-        res->timed_out = to != 0;
-      }
+      res->exit_code = en == ENOENT ? 127 : 126;
       break;
     }
   }
   res->out = buf_to_str(&out, &res->out_len);
   res->errb = buf_to_str(&errb, &res->err_len);
-  hutch_buf_free(&payload);
+  hutch_shim_conn_close(&c);
   res->duration_us = mono_us() - t0;
   return ret;
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "agent/proto.h"
 #include "common/err.h"
 
 struct hutch_shim_launch {
@@ -17,6 +18,7 @@ struct hutch_shim_launch {
   const char *socket_path; /* where the shim listens */
   const char *log_path;    /* the shim's stderr */
   int timeout_ms;          /* bound on start-up */
+  size_t output_buffer;    /* ring buffer per command output stream */
 };
 
 /* Start a shim in its own session (double fork, so it is not hutchd's child
@@ -31,6 +33,28 @@ int hutch_shim_shutdown(const char *socket_path, hutch_err *err);
 /* Round trip to the shim: true when it answers. */
 bool hutch_shim_alive(const char *socket_path);
 
+/* A connection to a shim for a sequence of requests (file transfers, stdin
+ * streams, attach).  Requests are numbered from 1; replies carry the id. */
+struct hutch_shim_conn {
+  int fd;
+  uint32_t next_id;
+  struct hutch_buf payload; /* payload of the last frame read */
+};
+int hutch_shim_conn_open(struct hutch_shim_conn *c, const char *socket_path, int timeout_s, hutch_err *err);
+void hutch_shim_conn_close(struct hutch_shim_conn *c);
+/* Send a request; returns its id (0 on error, err set). */
+uint32_t hutch_shim_conn_send(struct hutch_shim_conn *c, uint16_t type, const void *p, size_t n, hutch_err *err);
+/* Read the next frame (any id).  1 ok, 0 EOF (err set: 503), -1 error. */
+int hutch_shim_conn_read(struct hutch_shim_conn *c, struct hutch_frame_hdr *h, hutch_err *err);
+/* Send a request and read frames until one answers it: returns 0 with *h
+ * and c->payload set.  An ERROR answer becomes -1 with err mapped from the
+ * errno (ENOENT/ESRCH 404, EINVAL 400, EEXIST/ENOTEMPTY/EISDIR/ENOTDIR/EPIPE
+ * 409, others 500), its message kept. */
+int hutch_shim_conn_call(struct hutch_shim_conn *c, uint16_t type, const void *p, size_t n, struct hutch_frame_hdr *h,
+                         hutch_err *err);
+/* Turn an ERROR payload into err as above. */
+int hutch_shim_error(const void *payload, size_t len, hutch_err *err);
+
 struct hutch_exec_req {
   const char *const *argv;
   const char *const *envp;
@@ -39,6 +63,7 @@ struct hutch_exec_req {
   const void *stdin_data; /* NULL: stdin is /dev/null */
   size_t stdin_len;
   size_t max_output; /* cap per stream */
+  const char *name;  /* command id (cmd_…) */
 };
 
 struct hutch_exec_result {

@@ -32,6 +32,8 @@ struct hutch_config {
   uint32_t max_timeout_s;
   uint32_t pool_size;   /* warm pool: sandboxes kept ready for default-shaped creates */
   char *pool_template;  /* template of the warm pool */
+  size_t output_buffer; /* shim ring buffer per command output stream */
+  uint32_t attach_token_ttl_s;
 };
 
 void hutch_config_defaults(struct hutch_config *c);
@@ -55,6 +57,7 @@ struct hutch_ctx {
   size_t nthreads;
   pthread_t reaper;
   uint64_t started_ms;
+  unsigned char token_key[32]; /* HMAC key of attach tokens (DATA/secret.key) */
 };
 
 /* Open the database, build the host template, reconcile state left by a
@@ -96,6 +99,14 @@ struct hutch_exec_opts {
 };
 int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_exec_opts *o,
                   struct hutch_exec_result *res, hutch_err *err);
+
+/* The shim socket of a running sandbox (caller frees), or NULL with 404 /
+ * 409 naming the state. */
+char *hutch_lc_shim_of_running(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err);
+/* The environment a command gets: defaults < sandbox env < `extra`.
+ * Returns a NULL-terminated array of "K=V" (free with hutch_envp_free). */
+char **hutch_lc_command_env(struct hutch_ctx *ctx, const char *sb_id, json_t *extra, hutch_err *err);
+void hutch_envp_free(char **envp);
 
 /* Paths (caller frees). */
 char *hutch_sandbox_dir(struct hutch_ctx *ctx, const char *id);
