@@ -14,6 +14,7 @@
 
 #include "api/api.h"
 #include "api/json.h"
+#include "api/metrics.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -234,6 +235,7 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
   resp->json = json_pack("{s:s, s:I, s:s?, s:s, s:s}", "id", name, "pid", (json_int_t)pid, "tag", tag, "attach_token",
                          token, "attach_token_expires_at", ts);
   hutch_log(LOG_DEBUG, "command.started", "sandbox", req->params[0], "id", name, NULL);
+  hutch_metrics_command_started();
   goto out;
 fail:
   hutch_api_error(resp, &err);

@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "isolate/cgroup.h"
 #include "isolate/userns.h"
+#include "lifecycle/events.h"
 #include "runtime/runtime.h"
 #include "store/template.h"
 
@@ -36,6 +37,8 @@ void hutch_config_defaults(struct hutch_config *c) {
   c->default_timeout_s = 900;
   c->max_timeout_s = 7 * 24 * 3600;
   c->pool_template = xstrdup("host");
+  c->output_buffer = 1u << 20;
+  c->attach_token_ttl_s = 900;
 }
 
 void hutch_config_free(struct hutch_config *c) {
@@ -204,6 +207,7 @@ static int do_create(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
   uint64_t t0 = mono_us();
 
   if (hutch_db_sandbox_set_state(ctx->db, sb_id, "creating", NULL, err) < 0) goto fail;
+  hutch_events_publish_state(sb_id, "creating", r.state);
   if (hutch_uid_slot_claim(ctx->cfg.uid_lock_dir, ctx->cfg.uid_first, ctx->cfg.uid_slots, owner, &slot, err) < 0)
     goto fail;
   r.uid_slot = slot;
@@ -226,7 +230,8 @@ static int do_create(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
     goto fail;
   }
   struct hutch_shim_launch l = {
-      .shim_path = shim, .config_path = cfg, .socket_path = sock, .log_path = log, .timeout_ms = 30000};
+      .shim_path = shim, .config_path = cfg, .socket_path = sock, .log_path = log, .timeout_ms = 30000,
+      .output_buffer = ctx->cfg.output_buffer};
   uint64_t t_shim = mono_us();
   if (hutch_shim_launch(&l, &shim_pid, &init_pid, err) < 0) goto fail;
   t_shim = mono_us() - t_shim;
@@ -239,6 +244,7 @@ static int do_create(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
   /* A warm-pool member waits in state `pool` until a create claims it. */
   if (hutch_db_sandbox_set_state(ctx->db, sb_id, strcmp(r.origin, "pool") ? "running" : "pool", NULL, err) < 0)
     goto fail;
+  hutch_events_publish_state(sb_id, strcmp(r.origin, "pool") ? "running" : "pool", "creating");
   char ms[32], rms[32], sms[32];
   snprintf(ms, sizeof ms, "%.3f", (double)(mono_us() - t0) / 1000.0);
   snprintf(rms, sizeof rms, "%.3f", (double)t_rootfs / 1000.0);
@@ -257,6 +263,7 @@ fail:
     else if (hutch_db_sandbox_delete(ctx->db, sb_id, &e2) < 0)
       hutch_log(LOG_ERROR, "sandbox.cleanup_failed", "id", sb_id, "reason", e2.msg, NULL);
     if (e2.msg[0]) hutch_db_sandbox_set_state(ctx->db, sb_id, "error", err->msg, &e2);
+    hutch_events_publish_state(sb_id, e2.msg[0] ? "error" : "deleted", "creating");
   }
   hutch_spec_free(&spec);
   hutch_sandbox_rec_free(&r);
@@ -271,14 +278,17 @@ static int do_delete(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
     return -1;
   }
   int ret = 0;
+  hutch_events_publish_state(sb_id, "deleting", r.state);
   if (hutch_db_sandbox_set_state(ctx->db, sb_id, "deleting", NULL, err) < 0 || release_sandbox(ctx, &r, err) < 0 ||
       hutch_db_sandbox_delete(ctx->db, sb_id, err) < 0) {
     hutch_err_wrap(err, "delete sandbox %s", sb_id);
     hutch_err e2 = HUTCH_ERR_INIT;
     hutch_db_sandbox_set_state(ctx->db, sb_id, "error", err->msg, &e2);
     ret = -1;
+    hutch_events_publish_state(sb_id, "error", "deleting");
   } else {
     hutch_log(LOG_INFO, "sandbox.deleted", "id", sb_id, NULL);
+    hutch_events_publish_state(sb_id, "deleted", "deleting");
   }
   hutch_sandbox_rec_free(&r);
   return ret;
@@ -301,6 +311,7 @@ static void *worker_main(void *arg) {
     if (r < 0) hutch_log(LOG_ERROR, "operation.failed", "op", q->op_id, "kind", q->kind, "reason", err.msg, NULL);
     if (hutch_db_op_set_state(ctx->db, q->op_id, r < 0 ? "failed" : "succeeded", r < 0 ? &err : NULL, &e2) < 0)
       hutch_log(LOG_ERROR, "operation.record_failed", "op", q->op_id, "reason", e2.msg, NULL);
+    hutch_events_publish_op(q->op_id, q->kind, q->sb_id, r < 0 ? "failed" : "succeeded", r < 0 ? &err : NULL);
     release_busy(ctx, q->sb_id);
     free(q);
   }
@@ -403,9 +414,11 @@ static int pool_claim(struct hutch_ctx *ctx, const struct hutch_create_req *req,
   uint64_t expires = req->timeout_s > 0 ? now + (uint64_t)req->timeout_s * 1000u : 0;
   int r = hutch_db_pool_claim(ctx->db, req->template_name, request, now, expires, sb_id, err);
   if (r != 0) return r;
+  hutch_events_publish_state(sb_id, "running", "pool");
   /* The create is already done: record it as an operation that succeeded. */
   if (new_op(ctx, "create", sb_id, op_id, err) < 0 || hutch_db_op_set_state(ctx->db, op_id, "succeeded", NULL, err) < 0)
     return -1;
+  hutch_events_publish_op(op_id, "create", sb_id, "succeeded", NULL);
   hutch_log(LOG_INFO, "sandbox.claimed_from_pool", "id", sb_id, NULL);
   pool_fill(ctx);
   return 0;
@@ -472,17 +485,21 @@ int hutch_lc_wait(struct hutch_ctx *ctx, const char *op_id, uint64_t timeout_ms,
   }
 }
 
-int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_exec_opts *o,
-                  struct hutch_exec_result *res, hutch_err *err) {
-  memset(res, 0, sizeof *res);
+char *hutch_lc_shim_of_running(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
   struct hutch_sandbox_rec r;
-  if (hutch_lc_get(ctx, sb_id, &r, err) < 0) return -1;
+  if (hutch_lc_get(ctx, sb_id, &r, err) < 0) return NULL;
   if (strcmp(r.state, "running")) {
     hutch_err_set(err, 409, "conflict", "sandbox `%s` is %s, not running", sb_id, r.state);
     hutch_sandbox_rec_free(&r);
-    return -1;
+    return NULL;
   }
-  /* Environment: defaults < the sandbox's env < the command's env. */
+  hutch_sandbox_rec_free(&r);
+  return hutch_shim_socket(ctx, sb_id);
+}
+
+char **hutch_lc_command_env(struct hutch_ctx *ctx, const char *sb_id, json_t *extra, hutch_err *err) {
+  struct hutch_sandbox_rec r;
+  if (hutch_lc_get(ctx, sb_id, &r, err) < 0) return NULL;
   json_error_t je;
   json_t *req = json_loads(r.request, 0, &je);
   json_t *env = json_object();
@@ -494,15 +511,32 @@ int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_e
   json_object_set_new(env, "LANG", json_string("C.UTF-8"));
   json_object_set_new(env, "HOSTNAME", json_string(hn));
   if (req) json_object_update(env, json_object_get(req, "env"));
-  if (o->env) json_object_update(env, o->env);
+  if (extra) json_object_update(env, extra);
   json_decref(req);
+  hutch_sandbox_rec_free(&r);
   size_t n = json_object_size(env), i = 0;
   char **envp = xcalloc(n + 1, sizeof *envp);
   const char *k;
   json_t *v;
   json_object_foreach(env, k, v) envp[i++] = xasprintf("%s=%s", k, json_string_value(v));
   json_decref(env);
-  cleanup_free char *sock = hutch_shim_socket(ctx, sb_id);
+  return envp;
+}
+
+void hutch_envp_free(char **envp) {
+  for (size_t i = 0; envp && envp[i]; i++) free(envp[i]);
+  free(envp);
+}
+
+int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_exec_opts *o,
+                  struct hutch_exec_result *res, hutch_err *err) {
+  memset(res, 0, sizeof *res);
+  cleanup_free char *sock = hutch_lc_shim_of_running(ctx, sb_id, err);
+  if (!sock) return -1;
+  char **envp = hutch_lc_command_env(ctx, sb_id, o->env, err);
+  if (!envp) return -1;
+  char name[64];
+  hutch_random_id("cmd", name, sizeof name);
   struct hutch_exec_req x = {
       .argv = o->argv,
       .envp = (const char *const *)envp,
@@ -511,12 +545,11 @@ int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_e
       .stdin_data = o->stdin_data,
       .stdin_len = o->stdin_len,
       .max_output = o->max_output,
+      .name = name,
   };
   int ret = hutch_shim_exec(sock, &x, res, err);
   if (ret < 0) hutch_err_wrap(err, "exec in sandbox %s", sb_id);
-  for (i = 0; i < n; i++) free(envp[i]);
-  free(envp);
-  hutch_sandbox_rec_free(&r);
+  hutch_envp_free(envp);
   return ret;
 }
 
@@ -597,6 +630,7 @@ static void *reaper_main(void *arg) {
       if (v[i].expires_at && v[i].expires_at <= now) {
         char op[64];
         hutch_err e = HUTCH_ERR_INIT;
+        hutch_events_publish_state(v[i].id, "deleting", v[i].state);
         if (hutch_db_sandbox_set_state(ctx->db, v[i].id, "deleting", NULL, &e) == 0 &&
             hutch_lc_delete(ctx, v[i].id, op, &e) == 0)
           hutch_log(LOG_INFO, "sandbox.expired", "id", v[i].id, "op", op, NULL);
@@ -605,6 +639,24 @@ static void *reaper_main(void *arg) {
     }
     free(v);
   }
+}
+
+/* The attach-token key survives restarts, so tokens handed out stay valid
+ * until they expire. */
+static int load_token_key(struct hutch_ctx *ctx, hutch_err *err) {
+  cleanup_free char *path = xasprintf("%s/secret.key", ctx->cfg.data_dir);
+  size_t len = 0;
+  hutch_err e2 = HUTCH_ERR_INIT;
+  cleanup_free char *have = read_file(path, sizeof ctx->token_key, &len, &e2);
+  if (have && len == sizeof ctx->token_key) {
+    memcpy(ctx->token_key, have, sizeof ctx->token_key);
+    return 0;
+  }
+  if (hutch_random_bytes(ctx->token_key, sizeof ctx->token_key) < 0) return hutch_err_sys(err, errno, "getrandom");
+  cleanup_free char *tmp = xasprintf("%s.tmp", path);
+  if (write_file(tmp, ctx->token_key, sizeof ctx->token_key, 0600, err) < 0 || rename(tmp, path) < 0)
+    return hutch_err_wrap(err, "write `%s`", path);
+  return 0;
 }
 
 int hutch_ctx_start(struct hutch_ctx *ctx, hutch_err *err) {
@@ -627,6 +679,7 @@ int hutch_ctx_start(struct hutch_ctx *ctx, hutch_err *err) {
   snprintf(ctx->cgroup_version, sizeof ctx->cgroup_version, "v%d", (int)cv);
   cleanup_free char *sbdir = xasprintf("%s/sandboxes", ctx->cfg.data_dir);
   if (mkdir_p(sbdir, 0700, err) < 0) return -1;
+  if (load_token_key(ctx, err) < 0) return -1;
   cleanup_free char *dbpath = xasprintf("%s/state.db", ctx->cfg.data_dir);
   if (hutch_db_open(dbpath, &ctx->db, err) < 0) return -1;
   if (hutch_template_ensure_host(ctx->cfg.data_dir, err) < 0) return -1;

@@ -298,6 +298,25 @@ int hutch_db_sandbox_delete(struct hutch_db *db, const char *id, hutch_err *err)
   return step_done(db, st, err, "delete sandbox");
 }
 
+int hutch_db_sandbox_set_expiry(struct hutch_db *db, const char *id, uint64_t expires_at, int64_t timeout_s,
+                                hutch_err *err) {
+  sqlite3_stmt *st = prep(db,
+                          "UPDATE sandboxes SET expires_at=?, request=json_set(request, '$.timeout_s', ?), "
+                          "updated_at=? WHERE id=? AND state='running'",
+                          err);
+  if (!st) return -1;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)expires_at);
+  sqlite3_bind_int64(st, 2, timeout_s);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)now_ms());
+  bind_text(st, 4, id);
+  int rc = sqlite3_step(st), ret = 0;
+  if (rc != SQLITE_DONE) ret = db_fail(db, err, "set sandbox expiry");
+  else if (sqlite3_changes(db->h) == 0) ret = 1;
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return ret;
+}
+
 int hutch_db_pool_claim(struct hutch_db *db, const char *template_name, const char *request, uint64_t now,
                         uint64_t expires_at, char id_out[64], hutch_err *err) {
   /* One statement, so two concurrent claims can never take the same row. */

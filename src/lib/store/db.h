@@ -51,6 +51,12 @@ int hutch_db_sandbox_set_state(struct hutch_db *db, const char *id, const char *
 int hutch_db_sandbox_set_host(struct hutch_db *db, const char *id, int64_t uid_slot, int64_t shim_pid,
                               int64_t init_pid, hutch_err *err);
 int hutch_db_sandbox_delete(struct hutch_db *db, const char *id, hutch_err *err);
+/* A running sandbox now expires at `expires_at` (ms since epoch); its stored
+ * request's timeout_s becomes `timeout_s`.  One statement, conditional on
+ * state 'running', so it cannot revive a sandbox being deleted.  Returns 0
+ * when updated, 1 when no running sandbox has this id, -1 on error. */
+int hutch_db_sandbox_set_expiry(struct hutch_db *db, const char *id, uint64_t expires_at, int64_t timeout_s,
+                                hutch_err *err);
 int64_t hutch_db_sandbox_count(struct hutch_db *db);
 
 /* Warm pool.  Claim the oldest idle pool sandbox of `template_name`: it
