@@ -29,7 +29,7 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS)) -lpthread
 LIB_SRCS := $(sort $(wildcard src/lib/*/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 # hutch-init is static and must not pull in the daemon's libraries.
-INIT_SRCS := src/init/main.c src/lib/agent/proto.c src/lib/common/err.c src/lib/common/util.c src/lib/common/log.c
+INIT_SRCS := $(sort $(wildcard src/init/*.c)) src/lib/agent/proto.c src/lib/common/err.c src/lib/common/util.c src/lib/common/log.c
 INIT_OBJS := $(INIT_SRCS:%.c=$(BUILD)/init-obj/%.o)
 
 PROGS := $(BUILD)/hutchd $(BUILD)/hutch $(BUILD)/hutch-shim $(BUILD)/hutch-init
@@ -60,7 +60,7 @@ $(BUILD)/hutchd: $(BUILD)/src/hutchd/main.o $(BUILD)/libhutch.a
 $(BUILD)/hutch: $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/hutch/*.c)) $(BUILD)/libhutch.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
-$(BUILD)/hutch-shim: $(BUILD)/src/shim/main.o $(BUILD)/libhutch.a
+$(BUILD)/hutch-shim: $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/shim/*.c)) $(BUILD)/libhutch.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 $(BUILD)/hutch-init: $(INIT_OBJS)
@@ -70,7 +70,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(BUILD)/libhutch.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
-unit: $(UNIT_BINS)
+unit: $(UNIT_BINS) $(BUILD)/hutch-init
 	prove -f $(UNIT_BINS)
 
 unit-asan:
@@ -86,8 +86,9 @@ test:
 	$(MAKE) unit-asan
 	$(MAKE) integration
 
+# BENCH_ARGS: e.g. --quick (a smoke run), --no-save; see bench/README.md.
 bench: all
-	HUTCH_BUILD=$(abspath $(BUILD)) /usr/bin/python3 bench/bench.py
+	HUTCH_BUILD=$(abspath $(BUILD)) /usr/bin/python3 bench/bench.py $(BENCH_ARGS)
 
 demo: all
 	./scripts/demo.sh

@@ -542,8 +542,9 @@ static void handle_client_frame(int ci, const struct hutch_frame_hdr *h, const u
         return;
       }
       if (hutch_tlv_find_u32(p, h->len, HUTCH_TAG_ROWS, &rows) != 1 ||
-          hutch_tlv_find_u32(p, h->len, HUTCH_TAG_COLS, &cols) != 1) {
-        client_error(ci, h->id, EINVAL, "RESIZE needs ROWS and COLS");
+          hutch_tlv_find_u32(p, h->len, HUTCH_TAG_COLS, &cols) != 1 || rows == 0 || cols == 0 || rows > 65535 ||
+          cols > 65535) {
+        client_error(ci, h->id, EINVAL, "RESIZE needs ROWS and COLS of 1 to 65535");
         return;
       }
       struct hutch_buf b;
@@ -655,7 +656,13 @@ static void handle_init_frame(const struct hutch_frame_hdr *h, const unsigned ch
             attaches[a].used = false; /* the spawner already has its answer */
         return;
       }
-      /* stdin trouble of a running command: tell whoever is writing. */
+      /* stdin trouble of a running command: tell whoever is writing.  Other
+       * errors (a bad RESIZE or CREDIT) were validated away by the shim and
+       * are only logged. */
+      if (en != EPIPE && en != ENOBUFS) {
+        hutch_log(LOG_WARN, "init.command_error", "id", c->name, NULL);
+        return;
+      }
       for (int s = 0; s < MAX_STDINREQ; s++)
         if (stdinreqs[s].used && stdinreqs[s].cmd == i) {
           client_queue(stdinreqs[s].client, HUTCH_MSG_ERROR, stdinreqs[s].req, p, h->len);

@@ -142,8 +142,9 @@ void hutch_h_files_list(struct hutch_req *req, struct hutch_resp *resp) {
     bool truncated = false;
     hutch_tlv_iter_init(&it, c.payload.data, c.payload.len);
     while (hutch_tlv_next(&it, &tag, &v, &vl) == 1) {
+      uint32_t fl = 0;
       if (tag == HUTCH_TAG_ENTRY) json_array_append_new(a, entry_json(v, vl));
-      else if (tag == HUTCH_TAG_FLAGS) truncated = true;
+      else if (tag == HUTCH_TAG_FLAGS && hutch_tlv_u32(v, vl, &fl) == 0) truncated = fl & 1;
     }
     resp->status = 200;
     resp->json = json_pack("{s:s, s:o, s:b}", "path", path, "entries", a, "truncated", truncated);
