@@ -427,6 +427,10 @@ static void req_stdin(int ci, const struct hutch_frame_hdr *h, const unsigned ch
     client_error(ci, h->id, EPIPE, "command `%s` has finished", c->name);
     return;
   }
+  if (!(c->flags & (HUTCH_SPAWN_STDIN | HUTCH_SPAWN_PTY))) {
+    client_error(ci, h->id, EPIPE, "command `%s` was started without stdin", c->name);
+    return;
+  }
   const unsigned char *data = NULL;
   uint32_t dl = 0;
   if (h->type == HUTCH_MSG_STDIN && hutch_tlv_find(p, h->len, HUTCH_TAG_DATA, &data, &dl) != 1) {

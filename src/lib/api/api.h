@@ -67,6 +67,9 @@ void hutch_api_errorf(struct hutch_resp *resp, int status, const char *code, con
     __attribute__((format(printf, 4, 5)));
 /* Query string value or NULL. */
 const char *hutch_api_query(struct hutch_req *req, const char *key);
+/* Same, but false when the decoded value contains a NUL byte (a%00b), which
+ * would otherwise silently truncate it. */
+bool hutch_api_query_clean(struct hutch_req *req, const char *key, const char **out);
 /* Every value of a repeated query key; returns the count (at most max). */
 size_t hutch_api_query_all(struct hutch_req *req, const char *key, const char **out, size_t max);
 /* ?wait=true|1 */

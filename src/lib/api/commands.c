@@ -137,13 +137,14 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
                                        "timeout_s", "tag", NULL};
   hutch_err err = HUTCH_ERR_INIT;
   json_t *body = hutch_api_body_object(req, &err);
-  const char **argv = NULL, *cmd = NULL, *cwd = "/root", *user = NULL, *tag = NULL;
+  const char **argv = NULL, *cmd = NULL, *cwd = NULL, *user = NULL, *tag = NULL;
   size_t argc = 0;
   json_t *env = NULL;
   int64_t uid = -1, gid = -1, timeout_s = 0, rows = 24, cols = 80;
   bool want_stdin = false;
   char **envp = NULL;
   json_t *pty = NULL;
+  char *token = NULL; /* declared before any goto: the exits free it */
   if (!body || hutch_json_only(body, "", fields, &err) < 0 ||
       hutch_json_string_array(body, "", "argv", 4096, &argv, &argc, &err) < 0 ||
       hutch_json_string(body, "", "cmd", 1 << 20, &cmd, &err) < 0 ||
@@ -178,7 +179,7 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
     hutch_err_invalid(&err, "field `%s`: must not be empty", argv ? "argv" : "cmd");
     goto fail;
   }
-  if (cwd[0] != '/') {
+  if (cwd && cwd[0] != '/') {
     hutch_err_invalid(&err, "field `cwd`: must be an absolute path");
     goto fail;
   }
@@ -190,6 +191,8 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
       goto fail;
     }
   }
+  /* The default working directory is the user's home. */
+  if (!cwd) cwd = uid <= 0 ? "/root" : uid == 1000 ? "/home/user" : "/";
   envp = hutch_lc_command_env(req->ctx, req->params[0], env, &err);
   if (!envp) goto fail;
   if (uid == 1000) {
@@ -228,7 +231,7 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
     goto fail;
   }
   uint64_t exp;
-  cleanup_free char *token = token_make(req->ctx, req->params[0], name, &exp);
+  token = token_make(req->ctx, req->params[0], name, &exp);
   char ts[32];
   iso8601(exp, ts);
   resp->status = 201;
@@ -240,6 +243,7 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
 fail:
   hutch_api_error(resp, &err);
 out:
+  free(token);
   hutch_envp_free(envp);
   free(argv);
   json_decref(body);
@@ -542,11 +546,7 @@ static int stdin_chunk(struct stdin_up *u, const char *buf, size_t n, hutch_err 
   struct hutch_frame_hdr h;
   int r = hutch_shim_conn_call(&u->c, HUTCH_MSG_STDIN, b.data, b.len, &h, err);
   hutch_buf_free(&b);
-  if (r < 0) {
-    if (err->errnum == EPIPE || err->errnum == ESRCH)
-      hutch_err_set(err, 409, "conflict", "stdin of command `%s` is closed or it has finished", u->name);
-    return -1;
-  }
+  if (r < 0) return -1; /* EPIPE (closed, never opened, finished) is already 409 */
   u->written += n;
   return 0;
 }
@@ -625,8 +625,6 @@ static void stdin_end(void *state, struct hutch_req *req, struct hutch_resp *res
     int r = hutch_shim_conn_call(&u->c, HUTCH_MSG_STDIN_CLOSE, b.data, b.len, &h, &err);
     hutch_buf_free(&b);
     if (r < 0) {
-      if (err.errnum == EPIPE || err.errnum == ESRCH)
-        hutch_err_set(&err, 409, "conflict", "command `%s` has finished", u->name);
       hutch_api_error(resp, &err);
       stdin_abort(u);
       return;

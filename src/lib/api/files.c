@@ -56,7 +56,11 @@ static json_t *entry_json(const unsigned char *p, uint32_t n) {
 
 /* The `path` query parameter, checked; NULL with resp filled. */
 static const char *path_param(struct hutch_req *req, struct hutch_resp *resp, const char *key) {
-  const char *p = hutch_api_query(req, key);
+  const char *p;
+  if (!hutch_api_query_clean(req, key, &p)) {
+    hutch_api_errorf(resp, 400, "invalid_argument", "query `%s`: the path contains a NUL byte", key);
+    return NULL;
+  }
   if (!p || !*p) {
     hutch_api_errorf(resp, 400, "invalid_argument", "query `%s`: a path is required", key);
     return NULL;

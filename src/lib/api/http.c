@@ -63,6 +63,17 @@ const char *hutch_api_query(struct hutch_req *req, const char *key) {
   return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+bool hutch_api_query_clean(struct hutch_req *req, const char *key, const char **out) {
+  const char *v = NULL;
+  size_t n = 0;
+  *out = NULL;
+  if (MHD_lookup_connection_value_n(req->conn, MHD_GET_ARGUMENT_KIND, key, strlen(key), &v, &n) != MHD_YES || !v)
+    return true;
+  if (strlen(v) != n) return false;
+  *out = v;
+  return true;
+}
+
 struct query_iter {
   const char *key;
   const char **out;
