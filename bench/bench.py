@@ -309,13 +309,21 @@ def sandbox_cgroup_memory(instance, sid, version):
     return (int(cur) if cur else None), br
 
 
-def git_facts():
+def git_facts(build_dir):
+    """Commit of the tree the measured binaries were built from (the
+    parent of the build directory when it is a git checkout, else this
+    repository), and whether its src/ had uncommitted changes."""
+    src = os.path.dirname(os.path.abspath(build_dir))
+    if not os.path.exists(os.path.join(src, ".git")):
+        src = REPO
+
     def g(*a):
         try:
-            return subprocess.run(["git", "-C", REPO] + list(a), capture_output=True, text=True, timeout=10).stdout.strip()
+            return subprocess.run(["git", "-C", src] + list(a), capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
-    return {"commit": g("rev-parse", "--short=12", "HEAD"), "dirty": bool(g("status", "--porcelain", "--", "src"))}
+    return {"source": src, "commit": g("rev-parse", "--short=12", "HEAD"),
+            "src_dirty": bool(g("status", "--porcelain", "--", "src"))}
 
 
 def tool_version(argv):
@@ -357,6 +365,59 @@ def machine_facts():
         "bwrap": tool_version(["bwrap", "--version"]),
         "runsc": tool_version(["runsc", "--version"]),
     }
+
+
+# -- CPU accounting (noise indicator) ----------------------------------------------------
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot():
+    """(host busy ticks, host total ticks, {pid: (starttime, cpu ticks incl. reaped children, ppid, comm)})."""
+    f = (read("/proc/stat") or "cpu 0 0 0 0").splitlines()[0].split()[1:]
+    v = [int(x) for x in f]
+    total = sum(v[:8])
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    procs = {}
+    for pid in pids():
+        st = read("/proc/%d/stat" % pid)
+        if not st:
+            continue
+        comm = st[st.index("(") + 1:st.rindex(")")]
+        r = st[st.rindex(")") + 2:].split()
+        # fields after comm: state ppid ... utime(14) stime(15) cutime(16) cstime(17) ... starttime(22)
+        procs[pid] = (int(r[19]), int(r[11]) + int(r[12]) + int(r[13]) + int(r[14]), int(r[1]), comm)
+    return total - idle, total, procs
+
+
+def cpu_since(a, b, ours):
+    """Share of the machine (percent of all CPUs) that was busy between
+    snapshots a and b, and the share used by processes that are not this
+    benchmark's (others: user processes; kthreads: kernel threads, some of
+    them working for us, e.g. namespace and cgroup teardown).  Processes born
+    and reaped inside the interval count towards their parent; orphans reaped
+    by pid 1 (shims are, by design) are not counted as others."""
+    busy = b[0] - a[0]
+    total = max(1, b[1] - a[1])
+    others = kth = 0
+    for pid, (start, t, ppid, comm) in b[2].items():
+        old = a[2].get(pid)
+        if not old or old[0] != start or pid == 1 or pid in ours:
+            continue
+        dt = t - old[1]
+        if dt <= 0:
+            continue
+        if ppid == 2 or pid == 2:
+            kth += dt
+        elif not comm.startswith("hutch-") and comm not in ("hutchd", "runsc", "exe", "bwrap", "MHD-connection"):
+            others += dt
+    # A parent that reaps a child inside the interval is charged all of the
+    # child's CPU, some of it from before: clamp to what the host did.
+    others = min(others, busy)
+    kth = min(kth, busy - others)
+    return {"host_busy_pct": round(100.0 * busy / total, 1), "others_pct": round(100.0 * others / total, 1),
+            "kthreads_pct": round(100.0 * kth / total, 1), "busy_cpu_s": round(busy / CLK_TCK, 3),
+            "others_cpu_s": round(others / CLK_TCK, 3)}
 
 
 # -- hutchd ---------------------------------------------------------------------------
@@ -623,9 +684,19 @@ class Bench:
         log("note: " + s)
         self.notes.append(s)
 
-    def record(self, name, samples, **extra):
+    def mark(self):
+        self._mark = cpu_snapshot()
+
+    def cpu(self):
+        """CPU use since the last mark(); see cpu_since."""
+        ours = {os.getpid()} | {d.proc.pid for d in self.daemons if d.proc is not None}
+        return cpu_since(self._mark, cpu_snapshot(), ours)
+
+    def record(self, name, samples, cpu=None, **extra):
         self.samples[name] = list(samples)
         self.stats[name] = summarize(samples, **extra)
+        if cpu is not None:
+            self.stats[name]["cpu"] = cpu
         s = self.stats[name]
         log("%-28s n=%-4d p50=%s p99=%s max=%s %s" % (name, s["n"], s.get("p50"), s.get("p99"), s.get("max"),
                                                      " ".join("%s=%s" % kv for kv in extra.items())))
@@ -636,9 +707,11 @@ class Bench:
         if r["truncated"]:
             self.note("%s: stopped early by the time budget (%d done)" % (name, len(r["results"])))
 
-    def phase_budget(self, frac_cap=None):
-        """Seconds a phase may take: what is left minus a reserve for cleanup."""
-        return max(1.0, self.budget.left() - self.a.reserve_s)
+    def phase_budget(self):
+        """Seconds a phase may take: what is left minus the reserve kept for
+        cleanup (a phase past the deadline still gets 0.2 s, so that every
+        row has at least a few samples and says it was cut short)."""
+        return max(0.2, self.budget.left() - self.a.reserve_s)
 
     # -- phases ---------------------------------------------------------------------
 
@@ -699,9 +772,10 @@ class Bench:
         self.warmup(d, a.warmup)
 
         # API floor: GET /healthz, keep-alive.
+        self.mark()
         r = run_concurrent(d.sock, a.n_health, 1, lambda c, i: c.healthz()[2], self.phase_budget())
         self.check_errors("healthz", r)
-        self.record("healthz_keepalive", r["results"])
+        self.record("healthz_keepalive", r["results"], cpu=self.cpu())
 
         # Sequential creates (kept alive), bwrap/runsc interleaved, density points on the way.
         base = {"rss_kib": d.rss_kib() or 0, "avail_kib": meminfo_kib("MemAvailable") or 0}
@@ -711,7 +785,9 @@ class Bench:
         c = Client(d.sock)
         create_ms, bwrap_ms, runsc_ms, live = [], [], [], []
         errors = []
+        log_offset = os.path.getsize(d.logf)
         stop_at = time.monotonic() + self.phase_budget()
+        self.mark()
         for i in range(n_total):
             if time.monotonic() > stop_at:
                 self.note("sequential creates stopped early by the time budget at %d" % i)
@@ -740,6 +816,7 @@ class Bench:
                     a.n_runsc = 0
             if len(live) in points:
                 self.density_point(d, live, base)
+        cpu = self.cpu()
         if errors:
             self.note("sequential creates: %d errors, first: %s" % (len(errors), errors[0]))
         # Baselines not finished in the interleaved loop (N larger than creates).
@@ -747,31 +824,39 @@ class Bench:
             bwrap_ms.append(run_baseline(BWRAP_ARGV))
         while len(runsc_ms) < a.n_runsc and self.budget.ok(a.reserve_s):
             runsc_ms.append(run_baseline(self.runsc_argv(), timeout=60))
-        self.record("create_seq_nopool", create_ms, live_at_end=len(live))
+        self.record("create_seq_nopool", create_ms, cpu=cpu, live_at_end=len(live))
         if bwrap_ms:
             self.record("bwrap", bwrap_ms)
         if runsc_ms:
             self.record("runsc", runsc_ms)
+        self.server_breakdown(d, log_offset)
+        if a.probes:
+            self.probe_cgroup_attach()
 
         # Exec round trips, with every sandbox above still alive.
         if live:
             sid = live[0]["id"]
+            self.mark()
             r = run_concurrent(d.sock, a.n_exec, 1, lambda cl, i: cl.exec_true(sid)[1], self.phase_budget())
             self.check_errors("exec", r)
-            self.record("exec_keepalive", r["results"], live=len(live), reconnects=r["reconnects"])
+            self.record("exec_keepalive", r["results"], cpu=self.cpu(), live=len(live), reconnects=r["reconnects"])
+            self.mark()
             r = run_concurrent(d.sock, a.n_exec_fresh, 1, lambda cl, i: cl.exec_true(sid)[1], self.phase_budget(),
                                keepalive=False)
             self.check_errors("exec (new connection)", r)
-            self.record("exec_newconn", r["results"], live=len(live))
+            self.record("exec_newconn", r["results"], cpu=self.cpu(), live=len(live))
+            self.mark()
             r = run_concurrent(d.sock, a.n_exec, a.concurrency,
                                lambda cl, i: cl.exec_true(live[i % len(live)]["id"])[1], self.phase_budget())
             self.check_errors("exec c8", r)
-            self.record("exec_c%d" % a.concurrency, r["results"], per_s=round(len(r["results"]) / r["wall_s"], 1))
+            self.record("exec_c%d" % a.concurrency, r["results"], cpu=self.cpu(),
+                        per_s=round(len(r["results"]) / r["wall_s"], 1))
         c.close()
 
         # Sequential deletes of everything above.
         c = Client(d.sock)
         del_ms = []
+        self.mark()
         for sb in live:
             if not self.budget.ok(a.reserve_s / 2):
                 break
@@ -781,7 +866,7 @@ class Bench:
             except (ApiError, OSError) as e:
                 self.note("delete: %s" % e)
         c.close()
-        self.record("delete_seq", del_ms)
+        self.record("delete_seq", del_ms, cpu=self.cpu())
 
         # Creates at concurrency 8 (kept alive), then deletes at concurrency 8.
         def create_one(cl, i):
@@ -789,12 +874,16 @@ class Bench:
             with self.lock:
                 d.created.add(sb["id"])
             return ms
+        self.mark()
         r = run_concurrent(d.sock, a.n_create, a.concurrency, create_one, self.phase_budget())
         self.check_errors("create c8", r)
-        self.record("create_c%d_nopool" % a.concurrency, r["results"], per_s=round(len(r["results"]) / r["wall_s"], 1))
+        self.record("create_c%d_nopool" % a.concurrency, r["results"], cpu=self.cpu(),
+                    per_s=round(len(r["results"]) / r["wall_s"], 1))
+        self.mark()
         r = d.delete_all(conc=a.concurrency, budget_s=self.phase_budget())
         self.check_errors("delete c8", r)
-        self.record("delete_c%d" % a.concurrency, r["results"])
+        self.record("delete_c%d" % a.concurrency, r["results"], cpu=self.cpu(),
+                    per_s=round(len(r["results"]) / r["wall_s"], 1))
 
         # create + exec + delete cycles at concurrency 8.
         def cycle(cl, i):
@@ -807,10 +896,18 @@ class Bench:
             with self.lock:
                 d.created.discard(sb["id"])
             return (time.perf_counter() - t0) * 1000.0
+        self.mark()
         r = run_concurrent(d.sock, a.n_cycles, a.concurrency, cycle, self.phase_budget())
+        cpu = self.cpu()
         self.check_errors("cycles", r)
-        self.record("cycles_c%d" % a.concurrency, r["results"], per_s=round(len(r["results"]) / r["wall_s"], 1),
-                    wall_s=round(r["wall_s"], 3))
+        done = len(r["results"])
+        ours_cpu_s = max(0.0, cpu["busy_cpu_s"] - cpu["others_cpu_s"])
+        cpu_per_cycle = ours_cpu_s / done * 1000.0 if done else None
+        self.record("cycles_c%d" % a.concurrency, r["results"], cpu=cpu, per_s=round(done / r["wall_s"], 1),
+                    wall_s=round(r["wall_s"], 3),
+                    cpu_ms_per_cycle=round(cpu_per_cycle, 2) if cpu_per_cycle else None,
+                    quiet_machine_estimate_per_s=round(1000.0 * (os.cpu_count() or 1) / cpu_per_cycle, 1)
+                    if cpu_per_cycle else None)
         self.stats["cycles_c8"] = self.stats["cycles_c%d" % a.concurrency]
 
         d.delete_all(conc=a.concurrency, budget_s=60)
@@ -818,6 +915,73 @@ class Bench:
         left = d.cleanup_host()
         if left:
             self.note("hutchd (no pool) left behind after SIGTERM: %s" % "; ".join(left)[:500])
+
+    def server_breakdown(self, d, offset):
+        """hutchd's own account of each create (its `sandbox.created` log
+        line: dur_ms from dequeue to running, of which rootfs_ms preparing the
+        root and shim_ms from launching hutch-shim to its ready report)."""
+        try:
+            with open(d.logf, "rb") as f:
+                f.seek(offset)
+                txt = f.read().decode("utf-8", "replace")
+        except OSError:
+            return
+        cols = {"dur_ms": [], "rootfs_ms": [], "shim_ms": []}
+        for line in txt.splitlines():
+            if "event=sandbox.created" not in line:
+                continue
+            for k in cols:
+                i = line.find(" %s=" % k)
+                if i >= 0:
+                    try:
+                        cols[k].append(float(line[i + len(k) + 2:].split()[0].strip('"')))
+                    except ValueError:
+                        pass
+        for k, v in cols.items():
+            if v:
+                self.record("server_create_" + k.replace("_ms", ""), v)
+
+    def probe_cgroup_attach(self):
+        """Kernel floor: moving a process into a cgroup by writing
+        cgroup.procs, the step every native create takes once.  On a kernel
+        without favordynmods the write waits for an RCU grace period unless
+        another migration happened within the last one, so the probe runs
+        both spaced out (like sequential creates) and back to back."""
+        m = cgroup_mounts()
+        ctrl = "memory" if self.cgroup_version == "v1" and "memory" in m else None
+        root = m.get(ctrl) if ctrl else (m.get("unified") if self.cgroup_version == "v1" else "/sys/fs/cgroup")
+        if not root:
+            return
+        cg = os.path.join(root, "hbench-probe-%d" % os.getpid())
+        try:
+            os.mkdir(cg)
+        except OSError as e:
+            self.note("cgroup attach probe skipped: %s" % e)
+            return
+        try:
+            for label, gap in (("spaced", 0.05), ("b2b", 0.0)):
+                ts = []
+                for _ in range(self.a.n_probe):
+                    p = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
+                    try:
+                        time.sleep(gap)
+                        t0 = time.perf_counter()
+                        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                            f.write(str(p.pid))
+                        ts.append((time.perf_counter() - t0) * 1000.0)
+                    finally:
+                        p.kill()
+                        p.wait()
+                self.record("probe_cgroup_attach_" + label, ts, gap_ms=gap * 1000, hierarchy=ctrl or "v2")
+        finally:
+            for _ in range(50):
+                try:
+                    os.rmdir(cg)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
 
     def run_pool(self):
         a = self.a
@@ -857,10 +1021,11 @@ class Bench:
             return ms_all, claims, normal
 
         # 1. Back-to-back sequential creates: the pool drains, then refills behind.
+        self.mark()
         ms_all, claims, normal = seq("pool back-to-back", a.n_create, 0)
-        t0 = time.monotonic()
+        cpu = self.cpu()
         refill = d.wait_pool(P, 120)
-        self.record("create_seq_pool_b2b", ms_all, from_pool=len(claims))
+        self.record("create_seq_pool_b2b", ms_all, cpu=cpu, from_pool=len(claims))
         if claims:
             self.record("create_seq_pool_b2b_claims", claims)
         if normal:
@@ -875,8 +1040,9 @@ class Bench:
 
         # 2. Paced sequential creates, a pause between them so that the pool can keep up.
         pace = a.pool_pace_ms / 1000.0 if a.pool_pace_ms is not None else max(0.02, 1.25 * refill_interval)
+        self.mark()
         ms_all, claims, normal = seq("pool paced", a.n_create, pace)
-        self.record("create_seq_pool_paced", ms_all, from_pool=len(claims), pace_ms=round(pace * 1000, 1))
+        self.record("create_seq_pool_paced", ms_all, cpu=self.cpu(), from_pool=len(claims), pace_ms=round(pace * 1000, 1))
         self.record("create_seq_pool_claims", claims, pace_ms=round(pace * 1000, 1), of=len(ms_all))
         if normal:
             self.record("create_seq_pool_paced_fallback", normal)
@@ -893,15 +1059,32 @@ class Bench:
                 if sb.get("from_pool"):
                     fp[0] += 1
             return ms
+        self.mark()
         r = run_concurrent(d.sock, a.n_create, a.concurrency, create_one, self.phase_budget())
         self.check_errors("pool create c8", r)
-        self.record("create_c%d_pool" % a.concurrency, r["results"], from_pool=fp[0],
+        self.record("create_c%d_pool" % a.concurrency, r["results"], cpu=self.cpu(), from_pool=fp[0],
                     per_s=round(len(r["results"]) / r["wall_s"], 1))
         d.delete_all(conc=a.concurrency, budget_s=max(30, self.phase_budget()))
         d.stop(drain_pool=True)
         left = d.cleanup_host()
         if left:
             self.note("hutchd (pool) left behind after draining and SIGTERM: %s" % "; ".join(left)[:500])
+
+    def snapshot_binaries(self):
+        """Run private copies of the binaries: a `make` elsewhere during the
+        run (others work in this tree) must not swap them mid-measurement."""
+        src = self.build
+        self.bin_dir = tempfile.mkdtemp(prefix="hbench-bin-", dir="/tmp")
+        for b in ("hutchd", "hutch-shim", "hutch-init"):
+            shutil.copy2(os.path.join(src, b), os.path.join(self.bin_dir, b))
+        self.build = self.bin_dir
+        try:
+            self.machine["hutchd_version"] = subprocess.run(
+                [os.path.join(self.bin_dir, "hutchd"), "--version"], capture_output=True, text=True,
+                timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+        self.machine["build_dir"] = src
 
     def runsc_argv(self):
         if self.runsc_root is None:
@@ -921,6 +1104,7 @@ class Bench:
                 self.note("%s not found: its baseline is skipped" % tool)
                 setattr(self.a, "n_" + tool, 0)
         try:
+            self.snapshot_binaries()
             self.run_nopool()
             if self.a.pool > 0 and self.budget.ok(self.a.reserve_s):
                 self.run_pool()
@@ -939,6 +1123,8 @@ class Bench:
                         self.note("cleanup (%s): %s" % (d.label, "; ".join(left)[:500]))
             if self.runsc_root:
                 self.cleanup_runsc()
+            if getattr(self, "bin_dir", None):
+                shutil.rmtree(self.bin_dir, ignore_errors=True)
         self.machine["loadavg_end"] = (read("/proc/loadavg", "") or "").split()[:3]
         self.elapsed = self.budget.elapsed()
 
@@ -998,13 +1184,14 @@ def table(b, targets, rat):
     L = []
     a = b.a
     m = b.machine
-    L.append("hutch benchmark  %s  (%d cores, %s, kernel %s, cgroup %s, %s)" % (
-        b.started.strftime("%Y-%m-%d %H:%M UTC"), m["nproc"], m["cpu"], m["kernel"],
-        getattr(b, "cgroup_version", "?"), m["os"]))
+    g = getattr(b, "git", {}) or {}
+    L.append("hutch benchmark  %s  commit %s%s  (%d cores, %s, kernel %s, cgroup %s, %s)" % (
+        b.started.strftime("%Y-%m-%d %H:%M UTC"), g.get("commit") or "?", " +uncommitted src" if g.get("src_dirty") else "",
+        m["nproc"], m["cpu"], m["kernel"], getattr(b, "cgroup_version", "?"), m["os"]))
     L.append("transport: HTTP/1.1 over hutchd's unix socket; one keep-alive connection per client thread "
              "unless a row says `new connection`; times are request-write to response-end in this Python client")
     L.append("")
-    hdr = "%-44s %5s %8s %8s %8s %8s  %s" % ("latency (ms)", "n", "p50", "p90", "p99", "max", "notes")
+    hdr = "%-46s %5s %8s %8s %8s %8s %7s  %s" % ("latency (ms)", "n", "p50", "p90", "p99", "max", "others", "notes")
     L.append(hdr)
     L.append("-" * len(hdr))
     rows = [
@@ -1025,8 +1212,17 @@ def table(b, targets, rat):
         ("create+exec+delete cycle, concurrency %d" % a.concurrency, "cycles_c%d" % a.concurrency, ""),
         ("baseline: bwrap --unshare-all /bin/true", "bwrap", "interleaved with the sequential creates"),
         ("baseline: runsc (gVisor, ptrace) do /bin/true", "runsc", "interleaved with the sequential creates"),
+        ("hutchd's view of the sequential creates:", None, ""),
+        ("  dequeue → running (sandbox.created dur_ms)", "server_create_dur", ""),
+        ("  of which root preparation (rootfs_ms)", "server_create_rootfs", ""),
+        ("  of which hutch-shim launch → ready (shim_ms)", "server_create_shim", ""),
+        ("kernel probe: write cgroup.procs, 50 ms apart", "probe_cgroup_attach_spaced", "one migration per create"),
+        ("kernel probe: write cgroup.procs, back to back", "probe_cgroup_attach_b2b", ""),
     ]
     for label, key, note in rows:
+        if key is None:
+            L.append(label)
+            continue
         s = b.stats.get(key)
         if not s or not s.get("n"):
             continue
@@ -1037,12 +1233,18 @@ def table(b, targets, rat):
             extra.append("pause %s ms between creates" % s["pace_ms"])
         if "per_s" in s:
             extra.append("%s/s" % s["per_s"])
+        if s.get("cpu_ms_per_cycle"):
+            extra.append("%.1f ms CPU per cycle → ~%s/s on an idle %d-core host" % (
+                s["cpu_ms_per_cycle"], s["quiet_machine_estimate_per_s"], b.machine["nproc"]))
         if note:
             extra.append(note)
-        L.append("%-44s %5d %8s %8s %8s %8s  %s" % (label, s["n"], fmt(s["p50"]), fmt(s["p90"]), fmt(s["p99"]),
-                                                   fmt(s["max"]), "; ".join(extra)))
-    L.append("%-44s %5s %8s %8s %8s %8s  %s" % ("baseline: QEMU boot to agent", "-", "n/a", "", "", "",
-                                               "n/a (no vm runtime yet)"))
+        cpu = s.get("cpu")
+        others = "%.0f%%" % cpu["others_pct"] if cpu else ""
+        L.append("%-46s %5d %8s %8s %8s %8s %7s  %s" % (label, s["n"], fmt(s["p50"]), fmt(s["p90"]), fmt(s["p99"]),
+                                                        fmt(s["max"]), others, "; ".join(extra)))
+    L.append("%-46s %5s %8s %8s %8s %8s %7s  %s" % ("baseline: QEMU boot to agent", "-", "n/a", "", "", "", "",
+                                                    "n/a (no vm runtime yet)"))
+    L.append("others = share of the machine's CPU used by processes that are not this benchmark's during that row")
     pr = b.stats.get("pool_refill")
     if pr:
         L.append("pool refill: %d members back in %.2f s (%s/s) after a back-to-back run, %d live" % (
@@ -1129,6 +1331,9 @@ def main():
     ap.add_argument("--pool", type=int, default=16, help="warm pool size of the second hutchd (default 16; 0 skips)")
     ap.add_argument("--pool-pace-ms", type=float, default=None,
                     help="pause between paced pool creates (default: 1.25 x the measured refill interval)")
+    ap.add_argument("--no-probes", dest="probes", action="store_false",
+                    help="skip the kernel probe (cgroup migration cost)")
+    ap.add_argument("--n-probe", type=int, default=30, help="samples per kernel probe (default 30)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed create+exec+delete before measuring (default 5)")
     ap.add_argument("--settle-s", type=float, default=1.0, help="pause before a density measurement (default 1)")
     ap.add_argument("--max-seconds", type=float, default=900, help="hard bound on the whole run (default 900)")
@@ -1139,7 +1344,7 @@ def main():
     if a.quick:
         a.n_create, a.n_exec, a.n_exec_fresh, a.n_health = min(a.n_create, 20), min(a.n_exec, 100), 20, 20
         a.n_cycles, a.n_bwrap, a.n_runsc, a.density = min(a.n_cycles, 24), min(a.n_bwrap, 20), min(a.n_runsc, 3), "5,20"
-        a.pool, a.warmup, a.settle_s = min(a.pool, 4), 2, 0.3
+        a.pool, a.warmup, a.settle_s, a.n_probe = min(a.pool, 4), 2, 0.3, min(a.n_probe, 10)
         a.max_seconds = min(a.max_seconds, 180)
         a.reserve_s = min(a.reserve_s, 30)
     a.density = [int(x) for x in str(a.density).split(",") if x.strip()]
@@ -1167,6 +1372,7 @@ def main():
 
     targets = evaluate_targets(b)
     rat = ratios(b)
+    b.git = git_facts(b.machine.get("build_dir") or b.build)
     print(table(b, targets, rat))
     if a.no_save:
         return 1 if failed else 0
@@ -1176,7 +1382,7 @@ def main():
         "date": b.started.isoformat(timespec="seconds"),
         "command": "make bench" if not a.quick else "bench/bench.py --quick",
         "argv": sys.argv[1:],
-        "hutch": git_facts(),
+        "hutch": b.git,
         "machine": b.machine,
         "cgroup_version": getattr(b, "cgroup_version", None),
         "transport": "HTTP/1.1 over the unix socket; one keep-alive connection per client thread unless the row says newconn",

@@ -113,6 +113,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
+  /* Shims are spawned as our children but never waited for: let the kernel
+   * reap them (they detach into their own session and outlive us). */
+  signal(SIGCHLD, SIG_IGN);
   /* SIGTERM/SIGINT are taken synchronously by the main thread below. */
   sigset_t mask;
   sigemptyset(&mask);

@@ -61,6 +61,7 @@ struct cmd {
   uint64_t started_at, finished_at;
   struct hutch_ring ring[2]; /* stdout, stderr */
   uint64_t credit;           /* FLOW: total output credit granted to init */
+  bool stdin_closed;
   int spawn_client;
   uint32_t spawn_req;
   bool had_primary;
@@ -431,6 +432,10 @@ static void req_stdin(int ci, const struct hutch_frame_hdr *h, const unsigned ch
     client_error(ci, h->id, EPIPE, "command `%s` was started without stdin", c->name);
     return;
   }
+  if (c->stdin_closed) {
+    client_error(ci, h->id, EPIPE, "stdin of command `%s` is closed", c->name);
+    return;
+  }
   const unsigned char *data = NULL;
   uint32_t dl = 0;
   if (h->type == HUTCH_MSG_STDIN && hutch_tlv_find(p, h->len, HUTCH_TAG_DATA, &data, &dl) != 1) {
@@ -438,6 +443,7 @@ static void req_stdin(int ci, const struct hutch_frame_hdr *h, const unsigned ch
     return;
   }
   if (h->type == HUTCH_MSG_STDIN_CLOSE) {
+    c->stdin_closed = true;
     init_send(HUTCH_MSG_STDIN_CLOSE, c->gid, NULL, 0);
     client_queue(ci, HUTCH_MSG_ACK, h->id, NULL, 0);
     return;

@@ -195,6 +195,178 @@ class Client:
         assert r.json.get("id") == sid and r.json.get("state") == "deleted", r
         return r.json
 
+    # -- commands (docs/api.md "Commands") -------------------------------------
+
+    @staticmethod
+    def _q(_base, **query):
+        """_base + ?query, leaving out None values; True/False as true/false."""
+        q = [(k, ("true" if v else "false") if isinstance(v, bool) else v)
+             for k, v in query.items() if v is not None]
+        return _base + ("?" + urllib.parse.urlencode(q) if q else "")
+
+    def cmd_path(self, sid, cid=None, action=None, **query):
+        p = "/v1/sandboxes/%s/commands" % sid
+        if cid is not None:
+            p += "/" + cid
+        if action is not None:
+            p += "/" + action
+        return self._q(p, **query)
+
+    def start_command(self, sid, argv=None, cmd=None, **fields):
+        """POST /v1/sandboxes/{id}/commands.  fields: env, cwd, user, uid,
+        gid, stdin, pty, timeout_s, tag (or anything, for negative tests)."""
+        body = dict(fields)
+        if argv is not None:
+            body["argv"] = list(argv)
+        if cmd is not None:
+            body["cmd"] = cmd
+        return self.request("POST", self.cmd_path(sid), body)
+
+    def start_command_ok(self, sid, argv=None, cmd=None, **fields):
+        r = self.start_command(sid, argv=argv, cmd=cmd, **fields)
+        assert r.status == 201, "start command %r: %r" % (argv or cmd, r)
+        assert isinstance(r.json, dict) and str(r.json.get("id", "")).startswith("cmd_"), r
+        return r.json
+
+    def command(self, sid, cid, token=None):
+        """GET …/commands/{cid} (token: ?token= instead of a key)."""
+        return self.request("GET", self.cmd_path(sid, cid, token=token))
+
+    def commands(self, sid):
+        return self.request("GET", self.cmd_path(sid))
+
+    def command_stdin(self, sid, cid, data=b"", close=None, token=None, timeout=None):
+        """POST …/stdin with `data` as the raw body."""
+        return self.raw("POST", self.cmd_path(sid, cid, "stdin", close=close, token=token), data,
+                        {"Content-Type": "application/octet-stream"}, timeout=timeout)
+
+    def command_signal(self, sid, cid, signal="TERM", token=None):
+        body = {} if signal is None else {"signal": signal}
+        return self.request("POST", self.cmd_path(sid, cid, "signal", token=token), body)
+
+    def command_resize(self, sid, cid, rows, cols, token=None):
+        return self.request("POST", self.cmd_path(sid, cid, "resize", token=token),
+                            {"rows": rows, "cols": cols})
+
+    def command_wait(self, sid, cid, timeout_s=None, token=None):
+        http_timeout = max(self.timeout, (60 if timeout_s is None else float(timeout_s)) + 30)
+        return self.request("POST", self.cmd_path(sid, cid, "wait", timeout_s=timeout_s, token=token),
+                            timeout=http_timeout)
+
+    def attach(self, sid, cid, replay=None, token=None, timeout=30):
+        """GET …/attach as an AttachStream (check .status first)."""
+        return AttachStream(self, self.cmd_path(sid, cid, "attach", replay=replay, token=token),
+                            timeout=timeout)
+
+    def attach_all(self, sid, cid, replay=None, token=None, timeout=60):
+        """Attach and read to the end of the stream (bounded): an
+        AttachResult.  Fails if the status is not 200."""
+        s = self.attach(sid, cid, replay=replay, token=token, timeout=timeout)
+        try:
+            assert s.status == 200, "attach %s: %r" % (cid, s.error_resp())
+            return s.read_all(timeout)
+        finally:
+            s.close()
+
+    # -- files (docs/api.md "Files") -------------------------------------------
+
+    def files_path(self, sid, sub="", **query):
+        return self._q("/v1/sandboxes/%s/files%s" % (sid, sub), **query)
+
+    def files_get(self, sid, path, timeout=None):
+        return self.raw("GET", self.files_path(sid, path=path), None, timeout=timeout)
+
+    def files_put(self, sid, path, data, mode=None, parents=None, timeout=None, **query):
+        """PUT …/files with `data` as the raw body: bytes (Content-Length),
+        or an iterable of byte chunks (sent chunked, streamed)."""
+        p = self.files_path(sid, path=path, mode=mode, parents=parents, **query)
+        h = {"Content-Type": "application/octet-stream"}
+        if isinstance(data, (bytes, bytearray)):
+            return self.raw("PUT", p, bytes(data), h, timeout=timeout)
+        return self.raw_chunked("PUT", p, data, h, timeout=timeout)
+
+    def files_stat(self, sid, path):
+        return self.request("GET", self.files_path(sid, "/stat", path=path))
+
+    def files_list(self, sid, path, depth=None):
+        return self.request("GET", self.files_path(sid, "/list", path=path, depth=depth))
+
+    def files_mkdir(self, sid, path, **fields):
+        body = dict(fields)
+        body["path"] = path
+        return self.request("POST", self.files_path(sid, "/mkdir"), body)
+
+    def files_move(self, sid, src, dst, overwrite=None):
+        body = {"from": src, "to": dst}
+        if overwrite is not None:
+            body["overwrite"] = overwrite
+        return self.request("POST", self.files_path(sid, "/move"), body)
+
+    def files_delete(self, sid, path, recursive=None):
+        return self.raw("DELETE", self.files_path(sid, path=path, recursive=recursive), None)
+
+    def files_tar_get(self, sid, path, timeout=None):
+        return self.raw("GET", self.files_path(sid, "/tar", path=path), None, timeout=timeout)
+
+    def files_tar_put(self, sid, path, data, timeout=None):
+        return self.raw("PUT", self.files_path(sid, "/tar", path=path), bytes(data),
+                        {"Content-Type": "application/x-tar"}, timeout=timeout)
+
+    # -- streaming transport ---------------------------------------------------
+
+    def open_stream(self, method, path, headers=None, timeout=None):
+        """Send a body-less request and return (conn, response) without
+        reading the body; the caller reads it and closes conn."""
+        timeout = self.timeout if timeout is None else timeout
+        headers = dict(headers or {})
+        if self.key is not None and "authorization" not in {k.lower() for k in headers}:
+            headers["Authorization"] = "Bearer " + self.key
+        conn = self._conn(timeout)
+        try:
+            conn.putrequest(method, path, skip_accept_encoding=True)
+            for k, v in headers.items():
+                conn.putheader(k, v)
+            conn.endheaders()
+            return conn, conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+
+    def raw_chunked(self, method, path, chunks, headers=None, timeout=None):
+        """Send `chunks` (an iterable of bytes) with Transfer-Encoding:
+        chunked, so that nothing is held in memory; returns a Resp."""
+        timeout = self.timeout if timeout is None else timeout
+        headers = dict(headers or {})
+        if self.key is not None and "authorization" not in {k.lower() for k in headers}:
+            headers["Authorization"] = "Bearer " + self.key
+        headers["Transfer-Encoding"] = "chunked"
+        conn = self._conn(timeout)
+        try:
+            conn.putrequest(method, path, skip_accept_encoding=True)
+            for k, v in headers.items():
+                conn.putheader(k, v)
+            conn.endheaders()
+            try:
+                for c in chunks:
+                    if c:
+                        conn.send(b"%x\r\n" % len(c) + bytes(c) + b"\r\n")
+                conn.send(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the server answered early; read its answer
+            r = conn.getresponse()
+            data = r.read()
+            parsed = None
+            if data:
+                try:
+                    parsed = json.loads(data)
+                except ValueError:
+                    parsed = None
+            resp = Resp(r.status, parsed, _Headers(r.getheaders()))
+            resp.raw = data
+            return resp
+        finally:
+            conn.close()
+
 
 class _Headers(dict):
     """Response headers with case-insensitive get."""
@@ -232,3 +404,125 @@ def check_error(resp, status, code, mentions=()):
     for m in ([mentions] if isinstance(mentions, str) else mentions):
         assert m in msg, "error message should mention %r: %r" % (m, msg)
     return err
+
+
+# -- attach streams (docs/api.md "Attach") ---------------------------------------
+
+
+class AttachResult:
+    """What an attach stream carried: the `attached` event, stdout and stderr
+    bytes (base64-decoded, in order), the `exit` event, every event in
+    order, and whether the stream ended cleanly after `exit`."""
+
+    def __init__(self):
+        self.attached = None
+        self.stdout = b""
+        self.stderr = b""
+        self.exit = None
+        self.events = []
+        self.ended = False
+
+    @property
+    def dropped(self):
+        return (self.attached or {}).get("dropped")
+
+    def __repr__(self):
+        def cut(b):
+            return b[:300] + (b"...(%d bytes)" % len(b) if len(b) > 300 else b"")
+        return "AttachResult(attached=%r, stdout=%r, stderr=%r, exit=%r, events=%d, ended=%r)" % (
+            self.attached, cut(self.stdout), cut(self.stderr), self.exit, len(self.events), self.ended)
+
+
+class AttachStream:
+    """One GET …/attach: `status`; for 200 the NDJSON events one by one
+    (`next_event`), or all of them (`read_all`).  Every read is bounded."""
+
+    def __init__(self, client, path, timeout=30):
+        self.conn, self.resp = client.open_stream("GET", path, timeout=timeout)
+        self.status = self.resp.status
+        self.headers = _Headers(self.resp.getheaders())
+        self.body = None
+        if self.status != 200:
+            self.body = self.resp.read()
+        self.result = AttachResult()
+
+    def error_resp(self):
+        parsed = None
+        if self.body:
+            try:
+                parsed = json.loads(self.body)
+            except ValueError:
+                pass
+        r = Resp(self.status, parsed, self.headers)
+        r.raw = self.body or b""
+        return r
+
+    def next_event(self, timeout=30):
+        """The next event as a dict (also recorded in .result), or None at
+        the end of the stream.  Raises socket.timeout after `timeout`
+        seconds without a complete line."""
+        import base64
+        if self.conn.sock is not None:
+            self.conn.sock.settimeout(timeout)
+        line = self.resp.readline()
+        if not line:
+            self.result.ended = True
+            return None
+        assert line.endswith(b"\n"), "attach: partial NDJSON line at the end: %r" % line[:200]
+        ev = json.loads(line)
+        assert isinstance(ev, dict) and "type" in ev, "attach: not an event: %r" % line[:200]
+        res = self.result
+        res.events.append(ev)
+        t = ev["type"]
+        if t == "attached":
+            res.attached = ev
+        elif t in ("stdout", "stderr"):
+            data = base64.b64decode(ev["data"], validate=True)
+            if t == "stdout":
+                res.stdout += data
+            else:
+                res.stderr += data
+        elif t == "exit":
+            res.exit = ev
+        return ev
+
+    def read_until(self, pred, timeout=30):
+        """Read events until pred(result) is true; returns the result.  Fails
+        (AssertionError) after `timeout` seconds or at the end of the stream."""
+        import time
+        deadline = time.monotonic() + timeout
+        while not pred(self.result):
+            left = deadline - time.monotonic()
+            assert left > 0, "attach: condition not met within %ss: %r" % (timeout, self.result)
+            try:
+                ev = self.next_event(timeout=left)
+            except socket.timeout:
+                raise AssertionError("attach: condition not met within %ss: %r" % (timeout, self.result))
+            assert ev is not None, "attach: stream ended before the condition: %r" % (self.result,)
+        return self.result
+
+    def read_all(self, timeout=60):
+        """Read to the end of the stream (which follows `exit`)."""
+        import time
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, "attach: stream did not end within %ss: %r" % (timeout, self.result)
+            try:
+                ev = self.next_event(timeout=left)
+            except socket.timeout:
+                raise AssertionError("attach: stream did not end within %ss: %r" % (timeout, self.result))
+            if ev is None:
+                return self.result
+
+    def close(self):
+        try:
+            self.resp.close()
+        finally:
+            self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -614,8 +614,16 @@ static void v1_dirs_free(struct v1_dirs *ds) {
 
 static int v1_kill_and_remove(const struct v1_dirs *ds, const char *freezer, hutch_err *err) {
   /* Freeze so nothing forks between reading cgroup.procs and killing; a
-   * frozen task keeps the SIGKILL pending until the thaw. */
-  bool frozen = path_exists(freezer);
+   * frozen task keeps the SIGKILL pending until the thaw.  An empty cgroup
+   * (the usual case: the shim already killed and reaped init) needs no
+   * freeze, and each freeze costs an IPI to every CPU. */
+  long present = 0;
+  for (int c = 0; c < V1_N && !present; c++)
+    if (ds->d[c]) {
+      cleanup_free char *procs = cg_read(ds->d[c], "cgroup.procs", NULL);
+      present = procs && *procs;
+    }
+  bool frozen = present && path_exists(freezer);
   if (frozen) {
     cg_write_quiet(freezer, "freezer.state", "FROZEN");
     v1_wait_state(freezer, "FROZEN", V1_FREEZE_BEFORE_KILL_MS);

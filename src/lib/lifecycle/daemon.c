@@ -89,10 +89,16 @@ static bool is_busy(struct hutch_ctx *ctx, const char *sb_id) {
   return false;
 }
 
-/* Take the first queued operation whose sandbox is idle (per-sandbox FIFO). */
-static struct hutch_opq *dequeue_locked(struct hutch_ctx *ctx) {
+/* Take the first queued operation whose sandbox is idle (per-sandbox FIFO).
+ * Users' operations go before warm-pool refills, and refills never occupy
+ * every worker, so a create that finds the pool empty does not queue
+ * behind the refills its neighbours' claims triggered. */
+static struct hutch_opq *dequeue_pass(struct hutch_ctx *ctx, bool refills) {
   struct hutch_opq *prev = NULL;
+  size_t max_refills = ctx->nthreads > 1 ? ctx->nthreads - 1 : 1;
+  if (refills && ctx->pool_running >= max_refills) return NULL;
   for (struct hutch_opq *q = ctx->queue_head; q; prev = q, q = q->next) {
+    if (refills != !strcmp(q->kind, "pool_fill")) continue;
     if (is_busy(ctx, q->sb_id)) continue;
     bool earlier_same = false;
     for (struct hutch_opq *e = ctx->queue_head; e != q; e = e->next)
@@ -104,9 +110,15 @@ static struct hutch_opq *dequeue_locked(struct hutch_ctx *ctx) {
     q->next = NULL;
     ctx->busy = xrealloc(ctx->busy, (ctx->nbusy + 1) * sizeof *ctx->busy);
     ctx->busy[ctx->nbusy++] = xstrdup(q->sb_id);
+    if (refills) ctx->pool_running++;
     return q;
   }
   return NULL;
+}
+
+static struct hutch_opq *dequeue_locked(struct hutch_ctx *ctx) {
+  struct hutch_opq *q = dequeue_pass(ctx, false);
+  return q ? q : dequeue_pass(ctx, true);
 }
 
 static void release_busy(struct hutch_ctx *ctx, const char *sb_id) {
@@ -312,6 +324,11 @@ static void *worker_main(void *arg) {
     if (hutch_db_op_set_state(ctx->db, q->op_id, r < 0 ? "failed" : "succeeded", r < 0 ? &err : NULL, &e2) < 0)
       hutch_log(LOG_ERROR, "operation.record_failed", "op", q->op_id, "reason", e2.msg, NULL);
     hutch_events_publish_op(q->op_id, q->kind, q->sb_id, r < 0 ? "failed" : "succeeded", r < 0 ? &err : NULL);
+    if (!strcmp(q->kind, "pool_fill")) {
+      pthread_mutex_lock(&ctx->mu);
+      ctx->pool_running--;
+      pthread_mutex_unlock(&ctx->mu);
+    }
     release_busy(ctx, q->sb_id);
     free(q);
   }

@@ -52,6 +52,7 @@ struct hutch_ctx {
   struct hutch_opq *queue_head, *queue_tail;
   char **busy;            /* sandbox ids with an operation in progress */
   size_t nbusy;
+  size_t pool_running;    /* warm-pool refills in progress */
   bool stopping;
   pthread_t *threads;
   size_t nthreads;
