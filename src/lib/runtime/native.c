@@ -25,6 +25,7 @@
 #include <grp.h>
 #include <linux/close_range.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -178,6 +179,23 @@ static int wait_hello(int chan, hutch_err *err) {
   return 0;
 }
 
+/* Moving a process between cgroups waits for an RCU grace period in the
+ * kernel (several ms when the cgroup lock was idle).  Nothing else in the
+ * parent's setup depends on it, so it runs on a thread while the parent
+ * prepares the mounts; the child only proceeds once both are done. */
+struct attach_job {
+  const struct hutch_sandbox_spec *spec;
+  pid_t pid;
+  int rc;
+  hutch_err err;
+};
+
+static void *attach_thread(void *arg) {
+  struct attach_job *j = arg;
+  j->rc = hutch_cgroup_attach(j->spec->instance, j->spec->id, j->pid, &j->err);
+  return NULL;
+}
+
 static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runtime_instance *out, hutch_err *err) {
   int chan[2] = {-1, -1}, sync[2] = {-1, -1};
   cleanup_close int init_fd = -1;
@@ -185,6 +203,9 @@ static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runt
   cleanup_close int storage_fd = -1;
   int mfds[3] = {-1, -1, -1};
   pid_t pid = -1;
+  struct attach_job job = {.spec = spec, .rc = -1};
+  pthread_t attacher;
+  bool attaching = false;
 
   if (hutch_cgroup_create(spec->instance, spec->id, &spec->limits, err) < 0) return hutch_err_wrap(err, "cgroup");
   if (hutch_fault("shim.cgroup")) {
@@ -219,7 +240,12 @@ static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runt
   sync[1] = -1;
 
   if (hutch_userns_write_maps(pid, spec->uid_base, spec->uid_count, err) < 0) goto fail;
-  if (hutch_cgroup_attach(spec->instance, spec->id, pid, err) < 0) goto fail;
+  job.pid = pid;
+  if (pthread_create(&attacher, NULL, attach_thread, &job) != 0) {
+    hutch_err_sys(err, EAGAIN, "start cgroup attach thread");
+    goto fail;
+  }
+  attaching = true;
   {
     char path[64];
     /* Spare hutch-init from the OOM killer so a memory hog kills the hog,
@@ -260,6 +286,12 @@ static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runt
   } else {
     mfds[2] = open("/dev/null", O_RDONLY | O_CLOEXEC);
   }
+  pthread_join(attacher, NULL);
+  attaching = false;
+  if (job.rc < 0) {
+    *err = job.err;
+    goto fail;
+  }
   if (hutch_fault("shim.spawn")) {
     hutch_err_sys(err, EIO, "fault injected at shim.spawn");
     goto fail;
@@ -274,6 +306,7 @@ static int native_start(const struct hutch_sandbox_spec *spec, struct hutch_runt
   return 0;
 
 fail:
+  if (attaching) pthread_join(attacher, NULL);
   for (int i = 0; i < 3; i++)
     if (mfds[i] >= 0) close(mfds[i]);
   for (int i = 0; i < 2; i++) {
