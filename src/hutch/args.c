@@ -32,6 +32,13 @@ enum {
   K_SH,
   K_STATE,
   K_NAME,
+  K_INTERACTIVE,
+  K_TTY,
+  K_DETACH,
+  K_TAG,
+  K_USER,
+  K_NO_REPLAY,
+  K_SIGNAL,
 };
 
 #define OPT_HELP \
@@ -60,8 +67,32 @@ void hutch_argp_init(hutch_argp *p, int argc, char **argv, const hutch_opt *opts
   p->i = 1;
 }
 
+/* The next short option of a cluster such as -it or -nVALUE: flags may be
+ * grouped; an option with a value takes the rest of the word, or the next
+ * word. */
+static int short_opt(hutch_argp *p, hutch_err *err) {
+  const char *c = p->cluster;
+  p->cluster = NULL;
+  const hutch_opt *o;
+  for (o = p->opts; o->name; o++)
+    if (o->short_name && o->short_name == *c) break;
+  if (!o->name) return hutch_err_invalid(err, "unknown option `-%c`", *c);
+  if (o->has_arg) {
+    if (c[1])
+      p->arg = c + 1;
+    else if (p->i < p->argc)
+      p->arg = p->argv[p->i++];
+    else
+      return hutch_err_invalid(err, "option `-%c` needs a value", *c);
+  } else if (c[1]) {
+    p->cluster = c + 1;
+  }
+  return o->key;
+}
+
 int hutch_argp_next(hutch_argp *p, hutch_err *err) {
   p->arg = NULL;
+  if (p->cluster) return short_opt(p, err);
   for (;;) {
     if (p->done || p->i >= p->argc) {
       p->done = true;
@@ -91,27 +122,21 @@ int hutch_argp_next(hutch_argp *p, hutch_err *err) {
   }
 
   const char *w = p->argv[p->i++];
-  const hutch_opt *o;
-  const char *inline_val = NULL;
-  if (w[1] == '-') {
-    const char *name = w + 2;
-    const char *eq = strchr(name, '=');
-    size_t n = eq ? (size_t)(eq - name) : strlen(name);
-    for (o = p->opts; o->name; o++)
-      if (strlen(o->name) == n && strncmp(o->name, name, n) == 0) break;
-    if (!o->name) return hutch_err_invalid(err, "unknown option `--%.*s`", (int)n, name);
-    if (eq && !o->has_arg) return hutch_err_invalid(err, "option `--%s` takes no value", o->name);
-    if (eq) inline_val = eq + 1;
-  } else {
-    for (o = p->opts; o->name; o++)
-      if (o->short_name && o->short_name == w[1]) break;
-    if (!o->name) return hutch_err_invalid(err, "unknown option `-%c`", w[1]);
-    if (w[2] && !o->has_arg) return hutch_err_invalid(err, "unknown option `%s`", w);
-    if (w[2]) inline_val = w + 2;
+  if (w[1] != '-') {
+    p->cluster = w + 1;
+    return short_opt(p, err);
   }
+  const hutch_opt *o;
+  const char *name = w + 2;
+  const char *eq = strchr(name, '=');
+  size_t n = eq ? (size_t)(eq - name) : strlen(name);
+  for (o = p->opts; o->name; o++)
+    if (strlen(o->name) == n && strncmp(o->name, name, n) == 0) break;
+  if (!o->name) return hutch_err_invalid(err, "unknown option `--%.*s`", (int)n, name);
+  if (eq && !o->has_arg) return hutch_err_invalid(err, "option `--%s` takes no value", o->name);
   if (o->has_arg) {
-    if (inline_val)
-      p->arg = inline_val;
+    if (eq)
+      p->arg = eq + 1;
     else if (p->i < p->argc)
       p->arg = p->argv[p->i++];
     else
@@ -360,31 +385,96 @@ void hutch_create_args_free(hutch_create_args *a) {
   a->body = NULL;
 }
 
-int hutch_parse_exec_args(int argc, char **argv, hutch_exec_args *a, hutch_err *err) {
-  static const hutch_opt opts[] = {EXEC_OPTS, OPT_JSON, OPT_HELP, OPT_END};
+/* --user root|user|UID[:GID] into the POST .../commands body. */
+static int set_user(json_t *body, const char *s, hutch_err *err) {
+  if (nonempty("user", s, err) < 0) return -1;
+  if (*s >= '0' && *s <= '9') {
+    const char *colon = strchr(s, ':');
+    cleanup_free char *uid = colon ? xstrndup(s, (size_t)(colon - s)) : xstrdup(s);
+    uint64_t u = 0, g = 0;
+    if (parse_u64(uid, 65535, &u) < 0 || (colon && parse_u64(colon + 1, 65535, &g) < 0))
+      return hutch_err_invalid(err, "--user `%s`: expected root, user or UID[:GID] (0-65535)", s);
+    json_object_set_new(body, "uid", json_integer((json_int_t)u));
+    if (colon) json_object_set_new(body, "gid", json_integer((json_int_t)g));
+    return 0;
+  }
+  return set_string(body, "user", "user", s, err);
+}
+
+/* Options of exec and shell; K_* keys that are not theirs return 0. */
+static int command_opt(hutch_exec_args *a, int key, const char *arg, bool *sh, hutch_err *err) {
+  switch (key) {
+    case K_INTERACTIVE: a->interactive = true; return 1;
+    case K_TTY: a->tty = true; return 1;
+    case K_DETACH: a->detach = true; return 1;
+    case K_SH: *sh = true; return 1;
+    case K_TAG: return set_string(a->body, "tag", "tag", arg, err) < 0 ? -1 : 1;
+    case K_USER: return set_user(a->body, arg, err) < 0 ? -1 : 1;
+    case K_JSON: a->json = true; return 1;
+    default: return exec_opt(a->body, key, arg, err);
+  }
+}
+
+/* exec and shell: options before and after the ID; the next word (or the
+ * word after `--`) starts the command line.  `shell_argv` is the default
+ * command for shell (NULL: exec, a command is required). */
+static int parse_command_args(int argc, char **argv, const hutch_opt *opts,
+                              const char *const *shell_argv, hutch_exec_args *a, hutch_err *err) {
   memset(a, 0, sizeof *a);
   a->body = json_object();
   bool sh = false;
   hutch_argp p;
-  /* Options may come before and after the ID; the next word starts the
-   * command line. */
   hutch_argp_init(&p, argc, argv, opts, 1);
   int k;
   while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
-    switch (k) {
-      case HUTCH_ARG_POSITIONAL: a->id = p.arg; break;
-      case K_HELP: a->help = true; return 0;
-      case K_JSON: a->json = true; break;
-      case K_SH: sh = true; break;
-      default:
-        if (exec_opt(a->body, k, p.arg, err) < 0) return -1;
+    if (k == HUTCH_ARG_POSITIONAL) {
+      a->id = p.arg;
+    } else if (k == K_HELP) {
+      a->help = true;
+      return 0;
+    } else if (command_opt(a, k, p.arg, &sh, err) < 0) {
+      return -1;
     }
   }
   if (k < 0) return -1;
   if (!a->id && p.i < argc) a->id = argv[p.i++];
   if (!a->id) return hutch_err_invalid(err, "missing sandbox ID");
   if (!*a->id) return hutch_err_invalid(err, "empty sandbox ID");
-  return set_command(a->body, sh, argc - p.i, argv + p.i, err);
+  if (shell_argv && p.i >= argc) {
+    json_t *arr = json_array();
+    for (const char *const *w = shell_argv; *w; w++) json_array_append_new(arr, json_string(*w));
+    json_object_set_new(a->body, "argv", arr);
+  } else if (set_command(a->body, sh, argc - p.i, argv + p.i, err) < 0) {
+    return -1;
+  }
+  if (a->interactive) json_object_set_new(a->body, "stdin", json_true());
+  return 0;
+}
+
+int hutch_parse_exec_args(int argc, char **argv, hutch_exec_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {EXEC_OPTS,
+                                   {"interactive", 'i', false, K_INTERACTIVE},
+                                   {"tty", 't', false, K_TTY},
+                                   {"detach", 'd', false, K_DETACH},
+                                   {"tag", 0, true, K_TAG},
+                                   {"user", 'u', true, K_USER},
+                                   OPT_JSON,
+                                   OPT_HELP,
+                                   OPT_END};
+  return parse_command_args(argc, argv, opts, NULL, a, err);
+}
+
+int hutch_parse_shell_args(int argc, char **argv, hutch_exec_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {{"env", 0, true, K_ENV}, {"cwd", 0, true, K_CWD},
+                                   {"user", 'u', true, K_USER}, {"tag", 0, true, K_TAG},
+                                   OPT_HELP, OPT_END};
+  static const char *const shell_argv[] = {HUTCH_SHELL_ARGV, NULL};
+  if (parse_command_args(argc, argv, opts, shell_argv, a, err) < 0) return -1;
+  if (!a->help) {
+    a->interactive = a->tty = true;
+    json_object_set_new(a->body, "stdin", json_true());
+  }
+  return 0;
 }
 
 void hutch_exec_args_free(hutch_exec_args *a) {
@@ -573,4 +663,165 @@ int hutch_parse_plain_args(int argc, char **argv, hutch_plain_args *a, hutch_err
     }
   }
   return k < 0 ? -1 : 0;
+}
+
+int hutch_parse_one_id_args(const char *verb, int argc, char **argv, hutch_ids_args *a,
+                            hutch_err *err) {
+  static const hutch_opt opts[] = {OPT_JSON, OPT_HELP, OPT_END};
+  if (parse_ids(argc, argv, opts, a, err) < 0) return -1;
+  if (!a->help && a->nids > 1)
+    return hutch_err_invalid(err, "unexpected argument `%s` (%s takes one ID)", a->ids[1], verb);
+  return 0;
+}
+
+/* Parses options with `handle` and collects exactly `want` positionals
+ * into words[], named in messages by names[]. */
+typedef int (*opt_handler)(void *a, int key, const char *arg, hutch_err *err);
+static int parse_words(int argc, char **argv, const hutch_opt *opts, opt_handler handle, void *a,
+                       bool *help, const char **words, int want, const char *const *names,
+                       hutch_err *err) {
+  int nwords = 0;
+  hutch_argp p;
+  hutch_argp_init(&p, argc, argv, opts, -1);
+  int k;
+  while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
+    if (k == K_HELP) {
+      *help = true;
+      return 0;
+    }
+    if (k == HUTCH_ARG_POSITIONAL) {
+      if (nwords == want) return hutch_err_invalid(err, "unexpected argument `%s`", p.arg);
+      if (!*p.arg) return hutch_err_invalid(err, "empty %s", names[nwords]);
+      words[nwords++] = p.arg;
+    } else if (handle(a, k, p.arg, err) < 0) {
+      return -1;
+    }
+  }
+  if (k < 0) return -1;
+  if (nwords < want) return hutch_err_invalid(err, "missing %s", names[nwords]);
+  return 0;
+}
+
+static int cmd_opt(void *arg, int key, const char *val, hutch_err *err) {
+  hutch_cmd_args *a = arg;
+  switch (key) {
+    case K_JSON: a->json = true; return 0;
+    case K_NO_REPLAY: a->replay = false; return 0;
+    case K_SIGNAL: {
+      if (nonempty("signal", val, err) < 0) return -1;
+      json_t *v;
+      if (*val >= '0' && *val <= '9') {
+        long long n = 0;
+        if (hutch_parse_int("signal", val, 255, &n, err) < 0) return -1;
+        v = json_integer(n);
+      } else if (!(v = utf8_string("--signal", val, err))) {
+        return -1;
+      }
+      json_object_set_new(a->body, "signal", v);
+      return 0;
+    }
+    default: return 0;
+  }
+}
+
+static const char *const cmd_words[] = {"sandbox ID", "command ID"};
+
+int hutch_parse_attach_args(int argc, char **argv, hutch_cmd_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {{"no-replay", 0, false, K_NO_REPLAY}, OPT_JSON, OPT_HELP,
+                                   OPT_END};
+  memset(a, 0, sizeof *a);
+  a->replay = true;
+  const char *w[2] = {NULL, NULL};
+  if (parse_words(argc, argv, opts, cmd_opt, a, &a->help, w, 2, cmd_words, err) < 0) return -1;
+  a->id = w[0];
+  a->cmd_id = w[1];
+  return 0;
+}
+
+int hutch_parse_kill_args(int argc, char **argv, hutch_cmd_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {{"signal", 's', true, K_SIGNAL}, OPT_JSON, OPT_HELP, OPT_END};
+  memset(a, 0, sizeof *a);
+  a->body = json_pack("{s:s}", "signal", "TERM");
+  const char *w[2] = {NULL, NULL};
+  if (parse_words(argc, argv, opts, cmd_opt, a, &a->help, w, 2, cmd_words, err) < 0) return -1;
+  a->id = w[0];
+  a->cmd_id = w[1];
+  return 0;
+}
+
+void hutch_cmd_args_free(hutch_cmd_args *a) {
+  json_decref(a->body);
+  a->body = NULL;
+}
+
+static int timeout_opt(void *arg, int key, const char *val, hutch_err *err) {
+  hutch_timeout_args *a = arg;
+  if (key == K_JSON) a->json = true;
+  return 0;
+}
+
+int hutch_parse_timeout_args(int argc, char **argv, hutch_timeout_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {OPT_JSON, OPT_HELP, OPT_END};
+  static const char *const names[] = {"sandbox ID", "SECONDS"};
+  memset(a, 0, sizeof *a);
+  const char *w[2] = {NULL, NULL};
+  if (parse_words(argc, argv, opts, timeout_opt, a, &a->help, w, 2, names, err) < 0) return -1;
+  if (a->help) return 0;
+  a->id = w[0];
+  long long t = 0;
+  if (hutch_parse_int("timeout", w[1], HUTCH_ARG_INT_MAX, &t, err) < 0)
+    return hutch_err_invalid(err, "SECONDS `%s`: expected a whole number of seconds", w[1]);
+  a->body = json_pack("{s:I}", "timeout_s", (json_int_t)t);
+  return 0;
+}
+
+void hutch_timeout_args_free(hutch_timeout_args *a) {
+  json_decref(a->body);
+  a->body = NULL;
+}
+
+bool hutch_cp_split(const char *arg, char **id, const char **path) {
+  const char *colon = strchr(arg, ':');
+  if (!colon || colon == arg || memchr(arg, '/', (size_t)(colon - arg))) return false;
+  *id = xstrndup(arg, (size_t)(colon - arg));
+  *path = colon + 1;
+  return true;
+}
+
+static int cp_opt(void *arg, int key, const char *val, hutch_err *err) {
+  hutch_cp_args *a = arg;
+  if (key == K_JSON) a->json = true;
+  return 0;
+}
+
+int hutch_parse_cp_args(int argc, char **argv, hutch_cp_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {OPT_HELP, OPT_END};
+  static const char *const names[] = {"source", "destination"};
+  memset(a, 0, sizeof *a);
+  const char *w[2] = {NULL, NULL};
+  if (parse_words(argc, argv, opts, cp_opt, a, &a->help, w, 2, names, err) < 0) return -1;
+  if (a->help) return 0;
+  char *src_id = NULL, *dst_id = NULL;
+  const char *src_path = NULL, *dst_path = NULL;
+  bool src_remote = hutch_cp_split(w[0], &src_id, &src_path);
+  bool dst_remote = hutch_cp_split(w[1], &dst_id, &dst_path);
+  if (src_remote && dst_remote) {
+    free(src_id);
+    free(dst_id);
+    return hutch_err_invalid(err, "copying between two sandboxes is not supported");
+  }
+  if (!src_remote && !dst_remote)
+    return hutch_err_invalid(err, "one of SRC and DST must be SANDBOX_ID:PATH");
+  a->upload = dst_remote;
+  a->id = a->upload ? dst_id : src_id;
+  a->remote = a->upload ? dst_path : src_path;
+  a->local = a->upload ? w[0] : w[1];
+  if (!*a->remote)
+    return hutch_err_invalid(err, "empty path after `%s:` (use %s:/path)", a->id, a->id);
+  return 0;
+}
+
+void hutch_cp_args_free(hutch_cp_args *a) {
+  free(a->id);
+  a->id = NULL;
 }

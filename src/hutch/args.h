@@ -40,6 +40,7 @@ typedef struct hutch_argp {
   int npos;
   bool only_positional; /* after `--` when max_positional < 0 */
   bool done;
+  const char *cluster; /* rest of a short-option cluster (-it) still to parse */
   const char *arg; /* value of the last option, or the positional */
 } hutch_argp;
 
@@ -81,15 +82,62 @@ typedef struct hutch_create_args {
 int hutch_parse_create_args(int argc, char **argv, hutch_create_args *a, hutch_err *err);
 void hutch_create_args_free(hutch_create_args *a);
 
-/* hutch exec: body is the POST /v1/sandboxes/{id}/exec request, with
- * "argv" (or "cmd" with --sh) filled in. */
+/* hutch exec: body is the POST /v1/sandboxes/{id}/commands request, with
+ * "argv" (or "cmd" with --sh) filled in, "stdin": true with -i.  The PTY
+ * size ("pty") depends on the terminal and is added when the command
+ * starts. */
 typedef struct hutch_exec_args {
   json_t *body;
   const char *id; /* points into argv */
+  bool interactive; /* -i: forward stdin */
+  bool tty;         /* -t: a PTY */
+  bool detach;      /* -d: start, print the id and token, do not attach */
   bool json, help;
 } hutch_exec_args;
 int hutch_parse_exec_args(int argc, char **argv, hutch_exec_args *a, hutch_err *err);
+/* hutch shell ID [-- ARGV...]: exec -it, argv defaulting to bash -l. */
+#define HUTCH_SHELL_ARGV "/bin/bash", "-l"
+int hutch_parse_shell_args(int argc, char **argv, hutch_exec_args *a, hutch_err *err);
 void hutch_exec_args_free(hutch_exec_args *a);
+
+/* hutch attach ID CMD_ID / hutch kill ID CMD_ID (ids point into argv).
+ * kill: body is the POST .../signal request ({"signal":"TERM"} by
+ * default; a number is sent as a JSON integer). */
+typedef struct hutch_cmd_args {
+  const char *id, *cmd_id;
+  bool replay; /* attach: false with --no-replay */
+  json_t *body;
+  bool json, help;
+} hutch_cmd_args;
+int hutch_parse_attach_args(int argc, char **argv, hutch_cmd_args *a, hutch_err *err);
+int hutch_parse_kill_args(int argc, char **argv, hutch_cmd_args *a, hutch_err *err);
+void hutch_cmd_args_free(hutch_cmd_args *a);
+
+/* hutch timeout ID SECONDS: body is {"timeout_s":N}. */
+typedef struct hutch_timeout_args {
+  const char *id;
+  json_t *body;
+  bool json, help;
+} hutch_timeout_args;
+int hutch_parse_timeout_args(int argc, char **argv, hutch_timeout_args *a, hutch_err *err);
+void hutch_timeout_args_free(hutch_timeout_args *a);
+
+/* hutch cp SRC DST: exactly one side is SANDBOX_ID:PATH (a word with a ':'
+ * whose part before the first ':' is non-empty and has no '/'; write
+ * ./a:b for a local file named a:b).  The local side may be "-" (stdin or
+ * stdout). */
+typedef struct hutch_cp_args {
+  char *id;           /* malloc'ed */
+  const char *remote; /* path inside the sandbox (points into argv) */
+  const char *local;  /* local path or "-" */
+  bool upload;        /* local -> sandbox */
+  bool json, help;
+} hutch_cp_args;
+int hutch_parse_cp_args(int argc, char **argv, hutch_cp_args *a, hutch_err *err);
+void hutch_cp_args_free(hutch_cp_args *a);
+/* Splits "ID:PATH": returns true and sets *id (malloc'ed) and *path for a
+ * sandbox path, false for a local one. */
+bool hutch_cp_split(const char *arg, char **id, const char **path);
 
 /* hutch run: create options go to `create`, the command and its --env,
  * --cwd, --timeout to `exec`.  --timeout N also sets the sandbox's own
@@ -122,6 +170,10 @@ typedef struct hutch_ids_args {
 } hutch_ids_args;
 int hutch_parse_get_args(int argc, char **argv, hutch_ids_args *a, hutch_err *err);
 int hutch_parse_rm_args(int argc, char **argv, hutch_ids_args *a, hutch_err *err);
+/* Verbs that take exactly one sandbox ID (ps, metrics); `verb` names it in
+ * messages. */
+int hutch_parse_one_id_args(const char *verb, int argc, char **argv, hutch_ids_args *a,
+                            hutch_err *err);
 void hutch_ids_args_free(hutch_ids_args *a);
 
 /* hutch admin key create|ls|rm: argv[0] is "admin". */

@@ -1,9 +1,9 @@
 /* The `hutch` command-line front end: one file per verb (cmd_*.c), shared
  * helpers in cli.c, HTTP in client.c, argv parsing in args.c.
  *
- * Exit status: 0 success, 1 hutchd or transport error, 2 usage error; exec
- * and run exit with the command's own status (128+N when killed by signal
- * N). */
+ * Exit status: 0 success, 1 hutchd or transport error, 2 usage error; exec,
+ * shell, attach and run exit with the command's own status (128+N when
+ * killed by signal N, 124 when it timed out). */
 #ifndef HUTCH_CLI_H
 #define HUTCH_CLI_H
 
@@ -34,6 +34,13 @@ int hutch_cmd_get(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_rm(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_exec(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_run(hutch_cli *cli, int argc, char **argv);
+int hutch_cmd_shell(hutch_cli *cli, int argc, char **argv);
+int hutch_cmd_attach(hutch_cli *cli, int argc, char **argv);
+int hutch_cmd_ps(hutch_cli *cli, int argc, char **argv);
+int hutch_cmd_kill(hutch_cli *cli, int argc, char **argv);
+int hutch_cmd_cp(hutch_cli *cli, int argc, char **argv);
+int hutch_cmd_timeout(hutch_cli *cli, int argc, char **argv);
+int hutch_cmd_metrics(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_admin(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_health(hutch_cli *cli, int argc, char **argv);
 

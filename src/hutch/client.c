@@ -45,23 +45,38 @@ void hutch_client_free(hutch_client *c) {
   memset(c, 0, sizeof *c);
 }
 
+int hutch_client_dup(const hutch_client *src, hutch_client *dst, hutch_err *err) {
+  memset(dst, 0, sizeof *dst);
+  dst->base = xstrdup(src->base);
+  dst->socket = src->socket ? xstrdup(src->socket) : NULL;
+  dst->where = xstrdup(src->where);
+  dst->auth = src->auth ? xstrdup(src->auth) : NULL;
+  dst->curl = curl_easy_init();
+  if (!dst->curl) {
+    hutch_client_free(dst);
+    return hutch_err_sys(err, 0, "cannot initialise libcurl");
+  }
+  return 0;
+}
+
+/* Largest error body kept while a sink takes the 2xx bodies. */
+#define ERROR_BODY_MAX (1u << 20)
+
 struct body_buf {
   char *data;
   size_t len, cap;
   bool too_big;
 };
 
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata) {
-  struct body_buf *b = userdata;
-  size_t n = size * nmemb;
-  if (n > HUTCH_CLIENT_MAX_RESPONSE - b->len) {
+static size_t body_append(struct body_buf *b, const char *ptr, size_t n, size_t max) {
+  if (n > max - b->len) {
     b->too_big = true;
     return 0; /* curl fails the transfer with CURLE_WRITE_ERROR */
   }
   if (b->len + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 16384;
     while (cap < b->len + n + 1) cap *= 2;
-    if (cap > (size_t)HUTCH_CLIENT_MAX_RESPONSE + 1) cap = (size_t)HUTCH_CLIENT_MAX_RESPONSE + 1;
+    if (cap > max + 1) cap = max + 1;
     b->data = xrealloc(b->data, cap);
     b->cap = cap;
   }
@@ -69,6 +84,43 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata) {
   b->len += n;
   b->data[b->len] = '\0';
   return n;
+}
+
+struct xfer_state {
+  hutch_client *c;
+  const hutch_xfer *x;
+  struct body_buf b;
+  size_t max;
+  long status;
+  bool sink_failed, source_failed;
+  hutch_err xerr; /* the sink's or source's error */
+};
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata) {
+  struct xfer_state *st = userdata;
+  size_t n = size * nmemb;
+  if (st->x->sink) {
+    /* Headers are complete when the body starts: the status is known. */
+    if (!st->status) curl_easy_getinfo(st->c->curl, CURLINFO_RESPONSE_CODE, &st->status);
+    if (st->status >= 200 && st->status < 300) {
+      if (st->x->sink(st->x->sink_ctx, ptr, n, &st->xerr) < 0) {
+        st->sink_failed = true;
+        return 0;
+      }
+      return n;
+    }
+  }
+  return body_append(&st->b, ptr, n, st->max);
+}
+
+static size_t on_read(char *buf, size_t size, size_t nitems, void *userdata) {
+  struct xfer_state *st = userdata;
+  ssize_t r = st->x->source(st->x->source_ctx, buf, size * nitems, &st->xerr);
+  if (r < 0) {
+    st->source_failed = true;
+    return CURL_READFUNC_ABORT;
+  }
+  return (size_t)r;
 }
 
 /* Called by curl about once a second even while waiting for a reply, and
@@ -80,10 +132,15 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
 }
 
 static int transport_error(hutch_client *c, const char *method, const char *path, CURLcode rc,
-                           const char *errbuf, const struct body_buf *b, hutch_err *err) {
+                           const char *errbuf, const struct xfer_state *st, hutch_err *err) {
   long oserr = 0;
   curl_easy_getinfo(c->curl, CURLINFO_OS_ERRNO, &oserr);
   const char *detail = *errbuf ? errbuf : curl_easy_strerror(rc);
+  if ((rc == CURLE_WRITE_ERROR && st->sink_failed) ||
+      ((rc == CURLE_ABORTED_BY_CALLBACK || rc == CURLE_READ_ERROR) && st->source_failed)) {
+    *err = st->xerr;
+    return -1;
+  }
   switch (rc) {
     case CURLE_ABORTED_BY_CALLBACK:
       return hutch_err_set(err, 0, "interrupted", "%s %s: interrupted", method, path);
@@ -107,10 +164,10 @@ static int transport_error(hutch_client *c, const char *method, const char *path
                            path, c->where);
     case CURLE_WRITE_ERROR:
     case CURLE_FILESIZE_EXCEEDED:
-      if (rc == CURLE_FILESIZE_EXCEEDED || b->too_big)
+      if (rc == CURLE_FILESIZE_EXCEEDED || st->b.too_big)
         return hutch_err_set(err, 0, "internal",
-                             "%s %s: response from hutchd is larger than %u MiB", method, path,
-                             HUTCH_CLIENT_MAX_RESPONSE >> 20);
+                             "%s %s: response from hutchd is larger than %zu MiB", method, path,
+                             st->max >> 20);
       /* fall through */
     default:
       return hutch_err_set(err, 0, "unavailable", "%s %s: request to hutchd at %s failed: %s",
@@ -118,17 +175,18 @@ static int transport_error(hutch_client *c, const char *method, const char *path
   }
 }
 
-int hutch_request(hutch_client *c, const char *method, const char *path, json_t *body,
-                  hutch_response *resp, hutch_err *err) {
+int hutch_transfer(hutch_client *c, const hutch_xfer *x, hutch_response *resp, hutch_err *err) {
   memset(resp, 0, sizeof *resp);
+  const char *method = x->method, *path = x->path;
   cleanup_free char *payload = NULL;
-  if (body) {
-    payload = json_dumps(body, JSON_COMPACT);
+  if (x->json) {
+    payload = json_dumps(x->json, JSON_COMPACT);
     if (!payload) return hutch_err_sys(err, 0, "%s %s: cannot encode the request", method, path);
   }
   cleanup_free char *url = xasprintf("%s%s", c->base, path);
   char errbuf[CURL_ERROR_SIZE] = "";
-  struct body_buf b = {0};
+  struct xfer_state st = {.c = c, .x = x};
+  st.max = x->sink ? ERROR_BODY_MAX : HUTCH_CLIENT_MAX_RESPONSE;
   CURL *h = c->curl;
 
   /* reset keeps the connection cache: one connection serves all calls. */
@@ -146,50 +204,81 @@ int hutch_request(hutch_client *c, const char *method, const char *path, json_t 
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "hutch-cli");
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-  curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)HUTCH_CLIENT_MAX_RESPONSE);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
+  if (!x->sink)
+    curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)HUTCH_CLIENT_MAX_RESPONSE);
+  else /* fewer, larger callbacks for streams */
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L * 1024);
   curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
   curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
 
   struct curl_slist *headers = NULL;
-  headers = curl_slist_append(headers, "Accept: application/json");
+  cleanup_free char *accept = xasprintf("Accept: %s", x->accept ? x->accept : "application/json");
+  headers = curl_slist_append(headers, accept);
   /* No "Expect: 100-continue" round trip before larger bodies. */
   headers = curl_slist_append(headers, "Expect:");
-  if (payload) headers = curl_slist_append(headers, "Content-Type: application/json");
+  cleanup_free char *ctype = NULL;
+  if (payload) {
+    headers = curl_slist_append(headers, "Content-Type: application/json");
+  } else if (x->raw || x->source) {
+    ctype = xasprintf("Content-Type: %s",
+                      x->content_type ? x->content_type : "application/octet-stream");
+    headers = curl_slist_append(headers, ctype);
+  }
+  if (x->source && x->source_size < 0)
+    headers = curl_slist_append(headers, "Transfer-Encoding: chunked");
   if (c->auth) headers = curl_slist_append(headers, c->auth);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
 
-  if (strcmp(method, "GET") == 0) {
+  const void *body = payload ? payload : x->raw ? (x->data ? x->data : "") : NULL;
+  size_t body_len = payload ? strlen(payload) : x->raw ? x->len : 0;
+  if (x->source) {
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 256L * 1024);
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(h, CURLOPT_READDATA, &st);
+    if (x->source_size >= 0)
+      curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)x->source_size);
+    if (strcmp(method, "PUT") != 0) curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+  } else if (strcmp(method, "GET") == 0) {
     curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
   } else if (strcmp(method, "POST") == 0) {
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload ? payload : "");
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(payload ? strlen(payload) : 0));
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
   } else {
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    if (payload) {
-      curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
-      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(payload));
+    if (body) {
+      curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
     }
   }
 
   CURLcode rc = curl_easy_perform(h);
   curl_slist_free_all(headers);
-  /* errbuf and b live on this stack frame; curl must not keep them. */
+  /* errbuf and st live on this stack frame; curl must not keep them. */
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
+  curl_easy_setopt(h, CURLOPT_READDATA, NULL);
   if (rc != CURLE_OK) {
-    int r = transport_error(c, method, path, rc, errbuf, &b, err);
-    free(b.data);
+    int r = transport_error(c, method, path, rc, errbuf, &st, err);
+    free(st.b.data);
     return r;
   }
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
-  resp->body = b.data ? b.data : xstrdup("");
-  resp->len = b.len;
+  resp->body = st.b.data ? st.b.data : xstrdup("");
+  resp->len = st.b.len;
   if (resp->len > 0) {
     json_error_t jerr;
     resp->json = json_loadb(resp->body, resp->len, JSON_ALLOW_NUL, &jerr);
   }
   return 0;
+}
+
+int hutch_request(hutch_client *c, const char *method, const char *path, json_t *body,
+                  hutch_response *resp, hutch_err *err) {
+  hutch_xfer x = {.method = method, .path = path, .json = body};
+  return hutch_transfer(c, &x, resp, err);
 }
 
 int hutch_response_check(const hutch_response *resp, hutch_err *err) {

@@ -1,5 +1,6 @@
 /* HTTP client for hutchd's API (docs/api.md): libcurl over the unix socket
- * or TCP, JSON bodies via jansson.  One client, one thread. */
+ * or TCP, JSON bodies via jansson, streamed bodies through callbacks.  One
+ * client, one thread (hutch_client_dup gives another thread its own). */
 #ifndef HUTCH_CLI_CLIENT_H
 #define HUTCH_CLI_CLIENT_H
 
@@ -8,6 +9,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "common/err.h"
 
@@ -42,6 +44,9 @@ typedef struct hutch_response {
 int hutch_client_init(hutch_client *c, const char *socket_path, const char *url,
                       const char *api_key, hutch_err *err);
 void hutch_client_free(hutch_client *c);
+/* A second client for the same hutchd (its own connection), for another
+ * thread.  abort_flag is not copied. */
+int hutch_client_dup(const hutch_client *src, hutch_client *dst, hutch_err *err);
 
 /* One request; `path` starts with '/' and is already escaped; `body` may be
  * NULL.  Returns 0 whenever an HTTP response arrived, whatever its status
@@ -49,6 +54,35 @@ void hutch_client_free(hutch_client *c);
  * transport failure, with a message naming the socket or URL. */
 int hutch_request(hutch_client *c, const char *method, const char *path, json_t *body,
                   hutch_response *resp, hutch_err *err);
+
+/* Streamed bodies.  A sink receives a 2xx response body as it arrives (a
+ * non-2xx body is kept in the response, bounded, for the error message); a
+ * source produces the request body.  Both return -1 with err filled to stop
+ * the transfer, which then fails with that error. */
+typedef int (*hutch_sink_fn)(void *ctx, const char *data, size_t n, hutch_err *err);
+/* Returns the bytes put into buf (at most n), 0 at the end, or -1. */
+typedef ssize_t (*hutch_source_fn)(void *ctx, char *buf, size_t n, hutch_err *err);
+
+typedef struct hutch_xfer {
+  const char *method;
+  const char *path; /* starts with '/', already escaped */
+  /* At most one body: JSON, raw bytes, or a streamed source. */
+  json_t *json;
+  const void *data; /* raw body of len bytes (sent even when len is 0) */
+  size_t len;
+  bool raw;
+  hutch_source_fn source; /* streamed body (PUT only) */
+  void *source_ctx;
+  long long source_size;    /* -1: unknown, sent chunked */
+  const char *content_type; /* raw/streamed body (default application/octet-stream) */
+  hutch_sink_fn sink;       /* NULL: the body is buffered into the response */
+  void *sink_ctx;
+  const char *accept; /* default application/json */
+} hutch_xfer;
+
+/* Like hutch_request, for any of the bodies above.  With a sink, a 2xx
+ * response has an empty body and no JSON in resp. */
+int hutch_transfer(hutch_client *c, const hutch_xfer *x, hutch_response *resp, hutch_err *err);
 
 /* For a non-2xx response: "<message> (HTTP <status>)", the message taken
  * from {"error":{"code","message"}} when the body has one.  Returns -1 and

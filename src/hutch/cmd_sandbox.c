@@ -1,4 +1,4 @@
-/* hutch create | ls | get | rm */
+/* hutch create | ls | get | rm | timeout | metrics */
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,6 +181,76 @@ int hutch_cmd_rm(hutch_cli *cli, int argc, char **argv) {
     hutch_response_free(&r);
   }
 out:
+  hutch_ids_args_free(&a);
+  return rc;
+}
+
+static const char timeout_usage[] = "usage: hutch timeout [--json] ID SECONDS\n";
+static const char timeout_help[] =
+    "usage: hutch timeout [--json] ID SECONDS\n"
+    "Make the sandbox expire SECONDS from now (it is deleted then) and print\n"
+    "the new expiry time.\n";
+
+static const char metrics_usage[] = "usage: hutch metrics [--json] ID\n";
+static const char metrics_help[] =
+    "usage: hutch metrics [--json] ID\n"
+    "Show a sandbox's CPU time, memory (current and peak), pids, OOM kills and\n"
+    "disk use.\n";
+
+int hutch_cmd_timeout(hutch_cli *cli, int argc, char **argv) {
+  hutch_err err = HUTCH_ERR_INIT;
+  hutch_timeout_args a;
+  char *path = NULL;
+  int rc = HUTCH_EXIT_FAIL;
+  if (hutch_parse_timeout_args(argc, argv, &a, &err) < 0) {
+    rc = hutch_usage_fail(timeout_usage, &err);
+    goto out;
+  }
+  if (a.help) {
+    rc = hutch_print_help(timeout_help);
+    goto out;
+  }
+  path = hutch_id_path("/v1/sandboxes/", a.id, "/timeout");
+  hutch_response r;
+  if (hutch_call(cli, "POST", path, a.body, &r) < 0) goto out;
+  if (cli->json || a.json) {
+    hutch_print_body(&r);
+  } else {
+    cleanup_free char *exp = hutch_display(json_object_get(r.json, "expires_at"));
+    printf("%s\n", exp);
+  }
+  rc = HUTCH_EXIT_OK;
+  hutch_response_free(&r);
+out:
+  free(path);
+  hutch_timeout_args_free(&a);
+  return rc;
+}
+
+int hutch_cmd_metrics(hutch_cli *cli, int argc, char **argv) {
+  hutch_err err = HUTCH_ERR_INIT;
+  hutch_ids_args a;
+  char *path = NULL;
+  int rc = HUTCH_EXIT_FAIL;
+  if (hutch_parse_one_id_args("metrics", argc, argv, &a, &err) < 0) {
+    rc = hutch_usage_fail(metrics_usage, &err);
+    goto out;
+  }
+  if (a.help) {
+    rc = hutch_print_help(metrics_help);
+    goto out;
+  }
+  path = hutch_id_path("/v1/sandboxes/", a.ids[0], "/metrics");
+  hutch_response r;
+  if (hutch_call(cli, "GET", path, NULL, &r) < 0) goto out;
+  if (cli->json || a.json)
+    hutch_print_body(&r);
+  else
+    hutch_print_object(r.json, NULL, stdout);
+  rc = HUTCH_EXIT_OK;
+  hutch_response_free(&r);
+out:
+  free(path);
   hutch_ids_args_free(&a);
   return rc;
 }

@@ -22,7 +22,14 @@ static const char help[] =
     "  ls         list sandboxes\n"
     "  get ID     show a sandbox\n"
     "  rm ID...   delete sandboxes\n"
-    "  exec       run a command in a sandbox\n"
+    "  exec       run a command in a sandbox, streaming its output (-i, -t, -d)\n"
+    "  shell ID   an interactive shell in a sandbox\n"
+    "  attach     stream the output of a running or finished command\n"
+    "  ps ID      list a sandbox's commands\n"
+    "  kill       send a signal to a command\n"
+    "  cp         copy files and directories in or out: cp SRC ID:PATH, cp ID:PATH DST\n"
+    "  timeout    set when a sandbox expires: timeout ID SECONDS\n"
+    "  metrics ID a sandbox's CPU, memory, pids and disk use\n"
     "  run        create a sandbox, run a command in it, delete it\n"
     "  admin      manage API keys: admin key create|ls|rm\n"
     "  health     check that hutchd answers\n"
@@ -39,7 +46,8 @@ static const char help[] =
     "`hutch COMMAND --help` shows a command's options.  Without --socket or\n"
     "--url, a non-empty $HUTCH_URL wins over $HUTCH_SOCKET.\n"
     "Exit status: 0 ok, 1 error from hutchd or the connection, 2 usage error;\n"
-    "exec and run exit with the command's status (128+N if killed by signal N).\n";
+    "exec, shell, attach and run exit with the command's status (128+N if killed\n"
+    "by signal N, 124 if it timed out).\n";
 
 struct verb {
   const char *name;
@@ -51,7 +59,11 @@ static const struct verb verbs[] = {
     {"list", hutch_cmd_ls},       {"get", hutch_cmd_get},
     {"rm", hutch_cmd_rm},         {"exec", hutch_cmd_exec},
     {"run", hutch_cmd_run},       {"admin", hutch_cmd_admin},
-    {"health", hutch_cmd_health}, {NULL, NULL},
+    {"health", hutch_cmd_health}, {"shell", hutch_cmd_shell},
+    {"attach", hutch_cmd_attach}, {"ps", hutch_cmd_ps},
+    {"kill", hutch_cmd_kill},     {"cp", hutch_cmd_cp},
+    {"timeout", hutch_cmd_timeout}, {"metrics", hutch_cmd_metrics},
+    {NULL, NULL},
 };
 
 static const char *env_nonempty(const char *name) {

@@ -73,7 +73,7 @@ def test_exec_killed_by_signal_is_128_plus_n(sock, sandbox):
 def test_exec_json(sock, sandbox):
     p = hutch("exec", "--json", sandbox["id"], "--", "sh", "-c", "echo j; exit 2", sock=sock)
     v = json.loads(p.stdout)
-    assert v["stdout"] == "j\n" and v["exit_code"] == 2, v
+    assert v["exit_code"] == 2 and v["state"] == "exited", v
 
 
 def test_exec_unknown_sandbox_fails(sock):

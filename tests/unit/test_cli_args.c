@@ -1,6 +1,8 @@
-/* Unit tests for the hutch CLI's argument parsing (src/hutch/args.c).
- * The CLI's sources are not in libhutch.a, so the file is included. */
+/* Unit tests for the hutch CLI's argument parsing (src/hutch/args.c) and
+ * its pure stream helpers (src/hutch/wire.c).  The CLI's sources are not in
+ * libhutch.a, so the files are included. */
 #include "../../src/hutch/args.c"
+#include "../../src/hutch/wire.c"
 
 #include <stdlib.h>
 
@@ -61,11 +63,36 @@ static void test_argp(void) {
   hutch_argp_init(&p, 2, ARGV("cmd", "--flag=1"), opts, -1);
   is_int(hutch_argp_next(&p, &err), -1, "argp: value for a flag");
   hutch_argp_init(&p, 2, ARGV("cmd", "-hx"), opts, -1);
-  is_int(hutch_argp_next(&p, &err), -1, "argp: -hx is not -h");
+  is_int(hutch_argp_next(&p, &err), 12, "argp: -hx starts with -h");
+  is_int(hutch_argp_next(&p, &err), -1, "argp: then -x is unknown");
+  is_str(err.msg, "unknown option `-x`", "argp: -x message");
   hutch_argp_init(&p, 2, ARGV("cmd", "--fla"), opts, -1);
   is_int(hutch_argp_next(&p, &err), -1, "argp: no prefix matching");
   hutch_argp_init(&p, 2, ARGV("cmd", "-"), opts, -1);
   is_int(hutch_argp_next(&p, &err), HUTCH_ARG_POSITIONAL, "argp: lone - is a word");
+
+  /* Short-option clusters: flags group, a value takes the rest. */
+  static const hutch_opt sopts[] = {{"interactive", 'i', false, 20},
+                                    {"tty", 't', false, 21},
+                                    {"signal", 's', true, 22},
+                                    {NULL, 0, false, 0}};
+  hutch_argp_init(&p, 5, ARGV("cmd", "-it", "-tsKILL", "-s", "9"), sopts, -1);
+  is_int(hutch_argp_next(&p, &err), 20, "cluster: -i of -it");
+  is_int(hutch_argp_next(&p, &err), 21, "cluster: -t of -it");
+  is_int(hutch_argp_next(&p, &err), 21, "cluster: -t of -tsKILL");
+  is_int(hutch_argp_next(&p, &err), 22, "cluster: -s of -tsKILL");
+  is_str(p.arg, "KILL", "cluster: value is the rest of the word");
+  is_int(hutch_argp_next(&p, &err), 22, "cluster: -s 9");
+  is_str(p.arg, "9", "cluster: value is the next word");
+  is_int(hutch_argp_next(&p, &err), HUTCH_ARG_END, "cluster: end");
+  hutch_argp_init(&p, 2, ARGV("cmd", "-ti-"), sopts, -1);
+  is_int(hutch_argp_next(&p, &err), 21, "cluster: -t");
+  is_int(hutch_argp_next(&p, &err), 20, "cluster: -i");
+  is_int(hutch_argp_next(&p, &err), -1, "cluster: - inside is unknown");
+  hutch_argp_init(&p, 2, ARGV("cmd", "-is"), sopts, -1);
+  is_int(hutch_argp_next(&p, &err), 20, "cluster: -i before a bare -s");
+  is_int(hutch_argp_next(&p, &err), -1, "cluster: -s at the end needs a value");
+  is_str(err.msg, "option `-s` needs a value", "cluster: missing value message");
 }
 
 static void test_values(void) {
@@ -227,6 +254,304 @@ static void test_exec(void) {
   ok(PARSE(hutch_parse_exec_args, &a, "exec", "--label", "a=b", "sb_x", "ls") < 0,
      "exec: no --label");
   hutch_exec_args_free(&a);
+
+  /* Streaming options. */
+  ok(PARSE(hutch_parse_exec_args, &a, "exec", "sb_x", "cat") == 0, "exec: plain");
+  ok(!a.interactive && !a.tty && !a.detach, "exec: no -i/-t/-d by default");
+  is_str(dump(a.body), "{\"argv\":[\"cat\"]}", "exec: no stdin field without -i");
+  hutch_exec_args_free(&a);
+
+  ok(PARSE(hutch_parse_exec_args, &a, "exec", "-it", "sb_x", "--", "bash") == 0, "exec: -it");
+  ok(a.interactive && a.tty && !a.detach, "exec: -it sets both");
+  is_str(dump(a.body), "{\"argv\":[\"bash\"],\"stdin\":true}", "exec: -i asks for stdin");
+  hutch_exec_args_free(&a);
+
+  ok(PARSE(hutch_parse_exec_args, &a, "exec", "sb_x", "-i", "--tty", "--", "cat", "-i") == 0,
+     "exec: options after the ID");
+  ok(a.interactive && a.tty, "exec: -i --tty after the ID");
+  is_str(dump(a.body), "{\"argv\":[\"cat\",\"-i\"],\"stdin\":true}",
+         "exec: -i after -- belongs to the command");
+  hutch_exec_args_free(&a);
+
+  ok(PARSE(hutch_parse_exec_args, &a, "exec", "-d", "--tag", "server", "-u", "user", "sb_x",
+           "python3", "-m", "http.server") == 0,
+     "exec: -d --tag -u");
+  ok(a.detach && !a.interactive, "exec: -d");
+  is_str(dump(a.body),
+         "{\"tag\":\"server\",\"user\":\"user\",\"argv\":[\"python3\",\"-m\","
+         "\"http.server\"]}",
+         "exec: tag and user");
+  hutch_exec_args_free(&a);
+
+  ok(PARSE(hutch_parse_exec_args, &a, "exec", "--user", "1000:100", "sb_x", "id") == 0,
+     "exec: --user UID:GID");
+  is_str(dump(a.body), "{\"uid\":1000,\"gid\":100,\"argv\":[\"id\"]}", "exec: uid and gid");
+  hutch_exec_args_free(&a);
+  ok(PARSE(hutch_parse_exec_args, &a, "exec", "-u0", "sb_x", "id") == 0, "exec: -u0");
+  is_str(dump(a.body), "{\"uid\":0,\"argv\":[\"id\"]}", "exec: uid only");
+  hutch_exec_args_free(&a);
+  char *bad_users[] = {"70000", "1:x", "1:", "", "5:99999"};
+  for (size_t i = 0; i < sizeof bad_users / sizeof *bad_users; i++) {
+    ok(PARSE(hutch_parse_exec_args, &a, "exec", "--user", bad_users[i], "sb_x", "id") < 0,
+       "exec: --user `%s` rejected", bad_users[i]);
+    hutch_exec_args_free(&a);
+  }
+  ok(PARSE(hutch_parse_exec_args, &a, "exec", "--tag", "", "sb_x", "id") < 0, "exec: empty tag");
+  hutch_exec_args_free(&a);
+  ok(PARSE(hutch_parse_exec_args, &a, "exec", "-x", "sb_x", "id") < 0, "exec: unknown -x");
+  hutch_exec_args_free(&a);
+  ok(PARSE(hutch_parse_exec_args, &a, "exec", "-itd", "--sh", "sb_x", "sleep 9 &") == 0,
+     "exec: -itd --sh");
+  ok(a.interactive && a.tty && a.detach, "exec: -itd");
+  is_str(dump(a.body), "{\"cmd\":\"sleep 9 &\",\"stdin\":true}", "exec: -itd body");
+  hutch_exec_args_free(&a);
+}
+
+static void test_shell(void) {
+  hutch_err err = HUTCH_ERR_INIT;
+  hutch_exec_args a;
+  ok(PARSE(hutch_parse_shell_args, &a, "shell", "sb_x") == 0, "shell: ID");
+  is_str(a.id, "sb_x", "shell: id");
+  ok(a.interactive && a.tty && !a.detach, "shell: is exec -it");
+  is_str(dump(a.body), "{\"argv\":[\"/bin/bash\",\"-l\"],\"stdin\":true}",
+         "shell: bash -l by default");
+  hutch_exec_args_free(&a);
+
+  ok(PARSE(hutch_parse_shell_args, &a, "shell", "--env", "TERM=dumb", "sb_x", "--", "sh", "-i") ==
+         0,
+     "shell: -- CMD");
+  is_str(dump(a.body), "{\"env\":{\"TERM\":\"dumb\"},\"argv\":[\"sh\",\"-i\"],\"stdin\":true}",
+         "shell: own command");
+  hutch_exec_args_free(&a);
+
+  ok(PARSE(hutch_parse_shell_args, &a, "shell", "sb_x", "--") == 0, "shell: ID --");
+  is_str(dump(a.body), "{\"argv\":[\"/bin/bash\",\"-l\"],\"stdin\":true}",
+         "shell: nothing after -- is the default");
+  hutch_exec_args_free(&a);
+
+  ok(PARSE(hutch_parse_shell_args, &a, "shell") < 0, "shell: no ID");
+  hutch_exec_args_free(&a);
+  ok(PARSE(hutch_parse_shell_args, &a, "shell", "-d", "sb_x") < 0, "shell: no -d");
+  hutch_exec_args_free(&a);
+  ok(PARSE(hutch_parse_shell_args, &a, "shell", "--help") == 0 && a.help, "shell: --help");
+  hutch_exec_args_free(&a);
+}
+
+static void test_command_verbs(void) {
+  hutch_err err = HUTCH_ERR_INIT;
+  hutch_cmd_args c;
+  ok(PARSE(hutch_parse_attach_args, &c, "attach", "sb_x", "cmd_y") == 0, "attach: ID CMD_ID");
+  is_str(c.id, "sb_x", "attach: id");
+  is_str(c.cmd_id, "cmd_y", "attach: cmd id");
+  ok(c.replay && !c.json, "attach: replay by default");
+  hutch_cmd_args_free(&c);
+  ok(PARSE(hutch_parse_attach_args, &c, "attach", "--no-replay", "sb_x", "--json", "cmd_y") == 0,
+     "attach: --no-replay --json");
+  ok(!c.replay && c.json, "attach: flags");
+  hutch_cmd_args_free(&c);
+  ok(PARSE(hutch_parse_attach_args, &c, "attach", "sb_x") < 0, "attach: no command id");
+  is_str(err.msg, "missing command ID", "attach: message");
+  hutch_cmd_args_free(&c);
+  ok(PARSE(hutch_parse_attach_args, &c, "attach", "a", "b", "c") < 0, "attach: extra word");
+  hutch_cmd_args_free(&c);
+  ok(PARSE(hutch_parse_attach_args, &c, "attach", "", "b") < 0, "attach: empty id");
+  hutch_cmd_args_free(&c);
+
+  ok(PARSE(hutch_parse_kill_args, &c, "kill", "sb_x", "cmd_y") == 0, "kill: default signal");
+  is_str(dump(c.body), "{\"signal\":\"TERM\"}", "kill: TERM");
+  hutch_cmd_args_free(&c);
+  ok(PARSE(hutch_parse_kill_args, &c, "kill", "-s", "KILL", "sb_x", "cmd_y") == 0, "kill: -s KILL");
+  is_str(dump(c.body), "{\"signal\":\"KILL\"}", "kill: name");
+  hutch_cmd_args_free(&c);
+  ok(PARSE(hutch_parse_kill_args, &c, "kill", "sb_x", "cmd_y", "--signal=9") == 0,
+     "kill: --signal=9");
+  is_str(dump(c.body), "{\"signal\":9}", "kill: a number is an integer");
+  hutch_cmd_args_free(&c);
+  ok(PARSE(hutch_parse_kill_args, &c, "kill", "-s", "", "sb_x", "cmd_y") < 0, "kill: empty signal");
+  hutch_cmd_args_free(&c);
+  ok(PARSE(hutch_parse_kill_args, &c, "kill", "-s", "9x", "sb_x", "cmd_y") < 0, "kill: 9x");
+  hutch_cmd_args_free(&c);
+  ok(PARSE(hutch_parse_kill_args, &c, "kill", "sb_x") < 0, "kill: no command id");
+  hutch_cmd_args_free(&c);
+
+  hutch_ids_args ids;
+  ok(hutch_parse_one_id_args("ps", 3, ARGV("ps", "sb_x", "--json"), &ids, &err) == 0,
+     "ps: ID --json");
+  ok(ids.nids == 1 && ids.json, "ps: parsed");
+  hutch_ids_args_free(&ids);
+  ok(hutch_parse_one_id_args("metrics", 3, ARGV("metrics", "a", "b"), &ids, &err) < 0,
+     "metrics: two ids");
+  is_str(err.msg, "unexpected argument `b` (metrics takes one ID)", "metrics: message");
+  hutch_ids_args_free(&ids);
+
+  hutch_timeout_args t;
+  ok(PARSE(hutch_parse_timeout_args, &t, "timeout", "sb_x", "600") == 0, "timeout: ID SECONDS");
+  is_str(t.id, "sb_x", "timeout: id");
+  is_str(dump(t.body), "{\"timeout_s\":600}", "timeout: body");
+  hutch_timeout_args_free(&t);
+  ok(PARSE(hutch_parse_timeout_args, &t, "timeout", "sb_x", "10m") < 0, "timeout: 10m");
+  hutch_timeout_args_free(&t);
+  ok(PARSE(hutch_parse_timeout_args, &t, "timeout", "sb_x") < 0, "timeout: no seconds");
+  is_str(err.msg, "missing SECONDS", "timeout: message");
+  hutch_timeout_args_free(&t);
+}
+
+static void test_cp(void) {
+  hutch_err err = HUTCH_ERR_INIT;
+  char *id = NULL;
+  const char *path = NULL;
+  ok(hutch_cp_split("sb_x:/root/a", &id, &path), "split: ID:PATH");
+  is_str(id, "sb_x", "split: id");
+  is_str(path, "/root/a", "split: path");
+  free(id);
+  ok(hutch_cp_split("sb_x:rel:x", &id, &path) && strcmp(path, "rel:x") == 0,
+     "split: first colon");
+  free(id);
+  ok(!hutch_cp_split("./a:b", &id, &path), "split: ./a:b is local");
+  ok(!hutch_cp_split("/tmp/a:b", &id, &path), "split: absolute is local");
+  ok(!hutch_cp_split("dir/a:b", &id, &path), "split: slash before colon is local");
+  ok(!hutch_cp_split(":x", &id, &path), "split: empty id is local");
+  ok(!hutch_cp_split("plain", &id, &path), "split: no colon");
+  ok(!hutch_cp_split("-", &id, &path), "split: -");
+
+  hutch_cp_args a;
+  ok(PARSE(hutch_parse_cp_args, &a, "cp", "./f", "sb_x:/root/") == 0, "cp: upload");
+  ok(a.upload, "cp: direction up");
+  is_str(a.id, "sb_x", "cp: id");
+  is_str(a.remote, "/root/", "cp: remote");
+  is_str(a.local, "./f", "cp: local");
+  hutch_cp_args_free(&a);
+  ok(PARSE(hutch_parse_cp_args, &a, "cp", "sb_x:/etc/hosts", "-") == 0, "cp: download to -");
+  ok(!a.upload, "cp: direction down");
+  is_str(a.local, "-", "cp: - is local");
+  hutch_cp_args_free(&a);
+  ok(PARSE(hutch_parse_cp_args, &a, "cp", "--", "-f", "sb_x:x") == 0, "cp: -- before -f");
+  is_str(a.local, "-f", "cp: local -f");
+  hutch_cp_args_free(&a);
+  ok(PARSE(hutch_parse_cp_args, &a, "cp", "a", "b") < 0, "cp: two local paths");
+  is_str(err.msg, "one of SRC and DST must be SANDBOX_ID:PATH", "cp: local-local message");
+  hutch_cp_args_free(&a);
+  ok(PARSE(hutch_parse_cp_args, &a, "cp", "sb_a:x", "sb_b:y") < 0, "cp: two sandboxes");
+  hutch_cp_args_free(&a);
+  ok(PARSE(hutch_parse_cp_args, &a, "cp", "sb_a:", "y") < 0, "cp: empty remote path");
+  hutch_cp_args_free(&a);
+  ok(PARSE(hutch_parse_cp_args, &a, "cp", "x") < 0, "cp: one word");
+  is_str(err.msg, "missing destination", "cp: one word message");
+  hutch_cp_args_free(&a);
+  ok(PARSE(hutch_parse_cp_args, &a, "cp", "x", "sb:y", "z") < 0, "cp: three words");
+  hutch_cp_args_free(&a);
+  ok(PARSE(hutch_parse_cp_args, &a, "cp", "-r", "x", "sb:y") < 0, "cp: unknown option");
+  hutch_cp_args_free(&a);
+  ok(PARSE(hutch_parse_cp_args, &a, "cp", "-h") == 0 && a.help, "cp: -h");
+  hutch_cp_args_free(&a);
+}
+
+static int collect_line(void *ctx, const char *line, size_t len, hutch_err *err) {
+  char **acc = ctx;
+  char *old = *acc;
+  *acc = xasprintf("%s[%.*s]", old, (int)len, line);
+  free(old);
+  if (len == 4 && memcmp(line, "fail", 4) == 0) return hutch_err_invalid(err, "fail");
+  return 0;
+}
+
+static void test_wire(void) {
+  unsigned char out[64];
+  long n = hutch_b64_decode("aGVsbG8K", 8, out);
+  ok(n == 6 && memcmp(out, "hello\n", 6) == 0, "b64: hello");
+  n = hutch_b64_decode("YQ==", 4, out);
+  ok(n == 1 && out[0] == 'a', "b64: one byte, padded");
+  n = hutch_b64_decode("YWI", 3, out);
+  ok(n == 2 && memcmp(out, "ab", 2) == 0, "b64: unpadded");
+  n = hutch_b64_decode("", 0, out);
+  ok(n == 0, "b64: empty");
+  n = hutch_b64_decode("AP8A/w==", 8, out);
+  ok(n == 4 && out[0] == 0 && out[1] == 0xff && out[2] == 0 && out[3] == 0xff,
+     "b64: binary with NUL and 0xff");
+  n = hutch_b64_decode("+/+/", 4, out);
+  ok(n == 3 && out[0] == 0xfb && out[1] == 0xff && out[2] == 0xbf, "b64: + and /");
+  const char *bad[] = {"a", "ab=c", "a===", "YQ=", "Y Q==", "YQ==YQ==", "-_-_", "YQ=*"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    ok(hutch_b64_decode(bad[i], strlen(bad[i]), out) < 0, "b64: `%s` rejected", bad[i]);
+  ok(hutch_b64_max_decoded(8) >= 6 && hutch_b64_max_decoded(3) >= 2, "b64: bound");
+
+  hutch_err err = HUTCH_ERR_INIT;
+  hutch_lines l;
+  char *acc = xstrdup("");
+  hutch_lines_init(&l, 8);
+  ok(hutch_lines_feed(&l, "ab\ncd", 5, collect_line, &acc, &err) == 0, "lines: feed 1");
+  is_str(acc, "[ab]", "lines: complete line out, partial held");
+  is_int(hutch_lines_pending(&l), 2, "lines: 2 bytes pending");
+  ok(hutch_lines_feed(&l, "e\n\nxy\n", 6, collect_line, &acc, &err) == 0, "lines: feed 2");
+  is_str(acc, "[ab][cde][][xy]", "lines: joined across chunks, empty line kept");
+  is_int(hutch_lines_pending(&l), 0, "lines: nothing pending");
+  ok(hutch_lines_feed(&l, "12345678", 8, collect_line, &acc, &err) == 0, "lines: max-long partial");
+  ok(hutch_lines_feed(&l, "9", 1, collect_line, &acc, &err) < 0, "lines: longer than max");
+  ok(strstr(err.msg, "longer than 8 bytes") != NULL, "lines: message");
+  hutch_lines_free(&l);
+
+  hutch_lines_init(&l, 4);
+  ok(hutch_lines_feed(&l, "123456789\n", 10, collect_line, &acc, &err) < 0,
+     "lines: a long line inside one chunk is refused too");
+  hutch_lines_free(&l);
+  hutch_lines_init(&l, 16);
+  free(acc);
+  acc = xstrdup("");
+  ok(hutch_lines_feed(&l, "a\nfail\nb\n", 9, collect_line, &acc, &err) < 0,
+     "lines: callback failure stops");
+  is_str(acc, "[a][fail]", "lines: nothing after the failure");
+  hutch_lines_free(&l);
+  free(acc);
+
+  struct {
+    const char *json;
+    int status;
+  } st[] = {
+      {"{\"exit_code\":0,\"signal\":null,\"timed_out\":false}", 0},
+      {"{\"exit_code\":3}", 3},
+      {"{\"exit_code\":null,\"signal\":9}", 137},
+      {"{\"exit_code\":null,\"signal\":9,\"timed_out\":true}", 124},
+      {"{\"exit_code\":2,\"timed_out\":true}", 2},
+      {"{\"exit_code\":null,\"signal\":null}", 1},
+      {"{\"exit_code\":300}", 1},
+      {"{}", 1},
+  };
+  for (size_t i = 0; i < sizeof st / sizeof *st; i++) {
+    json_t *j = json_loads(st[i].json, 0, NULL);
+    is_int(hutch_command_status(j), st[i].status, "status: %s", st[i].json);
+    json_decref(j);
+  }
+
+  json_t *argv = json_pack("[s,s,s,s]", "sh", "-c", "echo 'hi' $X", "a\x1b[2Jb");
+  char *d = hutch_argv_display(argv);
+  is_str(d, "sh -c 'echo '\\''hi'\\'' $X' 'a?[2Jb'", "argv display: quoted, controls replaced");
+  free(d);
+  json_decref(argv);
+  d = hutch_argv_display(NULL);
+  is_str(d, "-", "argv display: missing");
+  free(d);
+
+  char *p = hutch_path_join("/root/", "a");
+  is_str(p, "/root/a", "join: trailing slash");
+  free(p);
+  p = hutch_path_join("/", "a");
+  is_str(p, "/a", "join: root");
+  free(p);
+  p = hutch_path_join("dir", "a");
+  is_str(p, "dir/a", "join: relative");
+  free(p);
+  p = hutch_path_base("/a/b//");
+  is_str(p, "b", "base: trailing slashes");
+  free(p);
+  p = hutch_path_base("/");
+  is_str(p, "", "base: root");
+  free(p);
+  p = hutch_path_base("file");
+  is_str(p, "file", "base: no slash");
+  free(p);
+  ok(hutch_path_is_contents("dir/.") && hutch_path_is_contents(".") &&
+         !hutch_path_is_contents("dir/.x") && !hutch_path_is_contents("a."),
+     "contents: dir/. and .");
 }
 
 static void test_run(void) {
@@ -324,6 +649,10 @@ int main(void) {
   test_global();
   test_create();
   test_exec();
+  test_shell();
+  test_command_verbs();
+  test_cp();
+  test_wire();
   test_run();
   test_small_verbs();
   dump(NULL);

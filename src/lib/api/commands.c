@@ -134,14 +134,14 @@ static bool env_key_ok(const char *k) { return *k && !strchr(k, '=') && strlen(k
 
 void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
   static const char *const fields[] = {"argv", "cmd", "env", "cwd", "user", "uid", "gid", "stdin", "pty",
-                                       "timeout_s", "tag", NULL};
+                                       "timeout_s", "tag", "lossless", NULL};
   hutch_err err = HUTCH_ERR_INIT;
   json_t *body = hutch_api_body_object(req, &err);
   const char **argv = NULL, *cmd = NULL, *cwd = NULL, *user = NULL, *tag = NULL;
   size_t argc = 0;
   json_t *env = NULL;
   int64_t uid = -1, gid = -1, timeout_s = 0, rows = 24, cols = 80;
-  bool want_stdin = false;
+  bool want_stdin = false, lossless = false;
   char **envp = NULL;
   json_t *pty = NULL;
   char *token = NULL; /* declared before any goto: the exits free it */
@@ -155,6 +155,7 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
       hutch_json_int(body, "", "gid", 0, 65535, &gid, &err) < 0 ||
       hutch_json_int(body, "", "timeout_s", 0, 7 * 24 * 3600, &timeout_s, &err) < 0 ||
       hutch_json_bool(body, "", "stdin", &want_stdin, &err) < 0 ||
+      hutch_json_bool(body, "", "lossless", &lossless, &err) < 0 ||
       hutch_json_string_map(body, "", "env", 256, 32768, env_key_ok, "must be non-empty and must not contain `=`",
                             &env, &err) < 0)
     goto fail;
@@ -205,7 +206,8 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
   hutch_random_id("cmd", name, sizeof name);
   struct hutch_buf b;
   hutch_buf_init(&b);
-  uint32_t flags = (want_stdin || pty ? HUTCH_SPAWN_STDIN : 0) | (pty ? HUTCH_SPAWN_PTY : 0);
+  uint32_t flags = (want_stdin || pty ? HUTCH_SPAWN_STDIN : 0) | (pty ? HUTCH_SPAWN_PTY : 0) |
+                   (lossless ? HUTCH_SPAWN_FLOW : 0);
   hutch_spawn_encode(&b, argv ? argv : sh_argv, (const char *const *)envp, cwd, (uint32_t)timeout_s * 1000u,
                      uid < 0 ? 0 : (uint32_t)uid, gid < 0 ? 0 : (uint32_t)gid, flags);
   hutch_tlv_put_str(&b, HUTCH_TAG_NAME, name);
