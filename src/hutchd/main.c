@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "lifecycle/daemon.h"
+#include "runtime/runtime.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -54,7 +55,7 @@ int main(int argc, char **argv) {
       {"workers", required_argument, NULL, 'w'},    {"max-body", required_argument, NULL, 'b'},
       {"log-level", required_argument, NULL, 'L'},  {"pool", required_argument, NULL, 'p'},
       {"pool-template", required_argument, NULL, 'P'}, {"output-buffer", required_argument, NULL, 'O'},
-      {"attach-token-ttl", required_argument, NULL, 'T'},  {"version", no_argument, NULL, 'V'},
+      {"attach-token-ttl", required_argument, NULL, 'T'}, {"fault-points", no_argument, NULL, 'F'},  {"version", no_argument, NULL, 'V'},
       {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
   };
   int o;
@@ -97,6 +98,9 @@ int main(int argc, char **argv) {
           return fprintf(stderr, "hutchd: --attach-token-ttl: 10..604800\n"), 2;
         ctx.cfg.attach_token_ttl_s = (uint32_t)n;
         break;
+      case 'F':
+        for (const char *const *p = hutch_fault_points(); *p; p++) printf("%s\n", *p);
+        return 0;
       case 'V': printf("hutchd %s\n", HUTCH_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;

@@ -88,6 +88,7 @@ void hutch_h_sandbox_list(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_sandbox_get(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_sandbox_delete(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_sandbox_exec(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_sandbox_verb(struct hutch_req *req, struct hutch_resp *resp); /* api/lifecycle.c */
 void hutch_h_operation_get(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_key_create(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_key_list(struct hutch_req *req, struct hutch_resp *resp);

@@ -253,29 +253,89 @@ out:
 
 /* ---- list / get / signal / resize / wait ---------------------------------- */
 
-void hutch_h_cmd_list(struct hutch_req *req, struct hutch_resp *resp) {
-  struct hutch_buf b, out;
-  struct hutch_frame_hdr h;
-  hutch_buf_init(&b);
-  bool ok = cmd_call(req, resp, HUTCH_MSG_LIST, &b, &h, &out);
-  hutch_buf_free(&b);
-  if (!ok) return;
+/* Commands saved by suspends (docs/lifecycle.md), oldest first; never NULL. */
+static json_t *history(struct hutch_ctx *ctx, const char *sb_id) {
+  cleanup_free char *dir = hutch_sandbox_dir(ctx, sb_id);
+  cleanup_free char *path = xasprintf("%s/commands.json", dir);
   json_error_t je;
-  json_t *a = json_loadb((const char *)out.data, out.len, 0, &je);
-  hutch_buf_free(&out);
-  if (!a) {
-    hutch_api_errorf(resp, 500, "internal", "the shim sent a malformed list: %s", je.text);
-    return;
+  json_t *a = json_load_file(path, 0, &je);
+  if (json_is_array(a)) return a;
+  json_decref(a);
+  return json_array();
+}
+
+/* Whether the sandbox is running (then the shim has the live list); fills
+ * resp with 404 for an unknown sandbox. */
+static int sandbox_running(struct hutch_req *req, struct hutch_resp *resp) {
+  struct hutch_sandbox_rec r;
+  hutch_err err = HUTCH_ERR_INIT;
+  if (hutch_lc_get(req->ctx, req->params[0], &r, &err) < 0) {
+    hutch_api_error(resp, &err);
+    return -1;
+  }
+  int running = !strcmp(r.state, "running");
+  hutch_sandbox_rec_free(&r);
+  return running;
+}
+
+void hutch_h_cmd_list(struct hutch_req *req, struct hutch_resp *resp) {
+  int running = sandbox_running(req, resp);
+  if (running < 0) return;
+  json_t *all = history(req->ctx, req->params[0]);
+  if (running) {
+    struct hutch_buf b, out;
+    struct hutch_frame_hdr h;
+    hutch_buf_init(&b);
+    bool ok = cmd_call(req, resp, HUTCH_MSG_LIST, &b, &h, &out);
+    hutch_buf_free(&b);
+    if (!ok) {
+      json_decref(all);
+      return;
+    }
+    json_error_t je;
+    json_t *a = json_loadb((const char *)out.data, out.len, 0, &je);
+    hutch_buf_free(&out);
+    if (!a) {
+      json_decref(all);
+      hutch_api_errorf(resp, 500, "internal", "the shim sent a malformed list: %s", je.text);
+      return;
+    }
+    json_array_extend(all, a);
+    json_decref(a);
   }
   resp->status = 200;
-  resp->json = json_pack("{s:o}", "commands", a);
+  resp->json = json_pack("{s:o}", "commands", all);
 }
 
 void hutch_h_cmd_get(struct hutch_req *req, struct hutch_resp *resp) {
-  json_t *o = get_command(req, resp);
-  if (!o) return;
-  resp->status = 200;
-  resp->json = o;
+  int running = sandbox_running(req, resp);
+  if (running < 0) return;
+  if (running) {
+    json_t *o = get_command(req, resp);
+    if (o) {
+      resp->status = 200;
+      resp->json = o;
+      return;
+    }
+    if (resp->status != 404) return;
+    json_decref(resp->json);
+    resp->json = NULL;
+  }
+  /* Not running, or not known to the shim: a command from before a suspend? */
+  json_t *all = history(req->ctx, req->params[0]);
+  size_t i;
+  json_t *c;
+  json_array_foreach(all, i, c) {
+    const char *id = json_string_value(json_object_get(c, "id"));
+    if (id && !strcmp(id, req->params[1])) {
+      resp->status = 200;
+      resp->json = json_incref(c);
+      json_decref(all);
+      return;
+    }
+  }
+  json_decref(all);
+  hutch_api_errorf(resp, 404, "not_found", "command `%.64s` not found in sandbox `%s`", req->params[1], req->params[0]);
 }
 
 static int signal_number(json_t *v) {

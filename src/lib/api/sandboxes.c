@@ -38,6 +38,8 @@ json_t *hutch_sandbox_json(struct hutch_ctx *ctx, const struct hutch_sandbox_rec
                         r->expires_at ? json_string(e) : json_null(), "error",
                         r->error ? json_string(r->error) : json_null(), "host", host, "from_pool",
                         !strcmp(r->origin, "pool"));
+  const char *ot = json_string_value(json_object_get(req, "on_timeout"));
+  json_object_set_new(o, "on_timeout", json_string(ot ? ot : "delete"));
   json_decref(req);
   return o;
 }
@@ -76,8 +78,7 @@ static int parse_create(struct hutch_ctx *ctx, json_t *body, struct hutch_create
   if (hutch_json_string(body, "", "on_timeout", 16, &on_timeout, err) < 0) return -1;
   if (strcmp(on_timeout, "delete") && strcmp(on_timeout, "suspend"))
     return hutch_err_invalid(err, "field `on_timeout`: expected \"delete\" or \"suspend\"");
-  if (!strcmp(on_timeout, "suspend"))
-    return hutch_err_invalid(err, "field `on_timeout`: \"suspend\" is not supported yet (suspend is not implemented)");
+  cr->on_timeout = on_timeout;
   json_t *net = json_object_get(body, "network");
   if (net && !json_is_null(net)) {
     static const char *const net_fields[] = {"egress", NULL};

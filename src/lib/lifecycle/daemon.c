@@ -15,6 +15,7 @@
 #include "isolate/cgroup.h"
 #include "isolate/userns.h"
 #include "lifecycle/events.h"
+#include "lifecycle/ops.h"
 #include "runtime/runtime.h"
 #include "store/template.h"
 
@@ -62,11 +63,6 @@ uint32_t hutch_uid_base_for_slot(struct hutch_ctx *ctx, int64_t slot) {
   return ctx->cfg.uid_first + (uint32_t)slot * HUTCH_UID_SLOT_SIZE;
 }
 
-static void hostname_for(const char *id, char out[64]) {
-  snprintf(out, 64, "%s", id);
-  for (char *p = out; *p; p++)
-    if (*p == '_') *p = '-';
-}
 
 /* ---- operation queue ---------------------------------------------------- */
 
@@ -81,6 +77,16 @@ static void enqueue(struct hutch_ctx *ctx, const char *op_id, const char *sb_id,
   ctx->queue_tail = q;
   pthread_cond_broadcast(&ctx->work);
   pthread_mutex_unlock(&ctx->mu);
+}
+
+static bool is_busy(struct hutch_ctx *ctx, const char *sb_id);
+static bool is_busy_locked(struct hutch_ctx *ctx, const char *sb_id) {
+  pthread_mutex_lock(&ctx->mu);
+  bool b = is_busy(ctx, sb_id);
+  for (struct hutch_opq *q = ctx->queue_head; q && !b; q = q->next)
+    if (!strcmp(q->sb_id, sb_id)) b = true;
+  pthread_mutex_unlock(&ctx->mu);
+  return b;
 }
 
 static bool is_busy(struct hutch_ctx *ctx, const char *sb_id) {
@@ -134,178 +140,6 @@ static void release_busy(struct hutch_ctx *ctx, const char *sb_id) {
   pthread_mutex_unlock(&ctx->mu);
 }
 
-/* ---- spec & cleanup ----------------------------------------------------- */
-
-static int build_spec(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, struct hutch_sandbox_spec *s,
-                      hutch_err *err) {
-  memset(s, 0, sizeof *s);
-  json_error_t je;
-  json_t *req = json_loads(r->request, 0, &je);
-  if (!req) return hutch_err_sys(err, 0, "stored request of `%s` is corrupt: %s", r->id, je.text);
-  json_t *res = json_object_get(req, "resources");
-  double cpus = json_number_value(json_object_get(res, "cpus"));
-  json_int_t mem = json_integer_value(json_object_get(res, "memory_mib"));
-  json_int_t pids = json_integer_value(json_object_get(res, "pids"));
-  json_decref(req);
-  char hn[64];
-  hostname_for(r->id, hn);
-  cleanup_free char *dir = hutch_sandbox_dir(ctx, r->id);
-  s->id = xstrdup(r->id);
-  s->instance = xstrdup(ctx->instance);
-  s->runtime = xstrdup(r->runtime);
-  s->rootfs = xasprintf("%s/rootfs", dir);
-  s->lower = xasprintf("%s/templates/%s", ctx->cfg.data_dir, r->template_name);
-  const char *usr = hutch_template_usr_src(r->template_name);
-  s->usr_src = usr ? xstrdup(usr) : NULL;
-  s->init_path = xasprintf("%s/hutch-init", ctx->cfg.libexec_dir);
-  s->hostname = xstrdup(hn);
-  s->uid_base = hutch_uid_base_for_slot(ctx, r->uid_slot);
-  s->uid_count = HUTCH_UID_SLOT_SIZE;
-  s->limits.memory_bytes = (uint64_t)mem << 20;
-  s->limits.pids = (uint64_t)pids;
-  s->limits.cpu_millis = (uint32_t)(cpus * 1000 + 0.5);
-  /* /tmp is tmpfs charged to the sandbox's memory cgroup: half the limit. */
-  s->tmp_bytes = s->limits.memory_bytes / 2;
-  return 0;
-}
-
-/* Is `pid` the shim of sandbox `id`?  (Guards against pid reuse.) */
-static bool is_shim_of(pid_t pid, const char *id) {
-  if (pid <= 0) return false;
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-  size_t len = 0;
-  hutch_err err = HUTCH_ERR_INIT;
-  cleanup_free char *cmd = read_file(path, 8192, &len, &err);
-  if (!cmd) return false;
-  for (size_t i = 0; i < len; i++)
-    if (!cmd[i]) cmd[i] = ' ';
-  return strstr(cmd, "hutch-shim") && strstr(cmd, id);
-}
-
-/* Release everything a sandbox may hold on this host.  Safe to call at any
- * step of create or delete, and again. */
-static int release_sandbox(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, hutch_err *err) {
-  cleanup_free char *sock = hutch_shim_socket(ctx, r->id);
-  hutch_err e = HUTCH_ERR_INIT;
-  if (access(sock, F_OK) == 0 && hutch_shim_shutdown(sock, &e) < 0)
-    hutch_log(LOG_WARN, "shim.shutdown_failed", "id", r->id, "reason", e.msg, NULL);
-  if (is_shim_of((pid_t)r->shim_pid, r->id)) kill((pid_t)r->shim_pid, SIGKILL);
-  /* The cgroup holds every process of the sandbox, whatever the shim did. */
-  if (hutch_cgroup_destroy(ctx->instance, r->id, err) < 0) return hutch_err_wrap(err, "release cgroup");
-  unlink(sock);
-  cleanup_free char *dir = hutch_sandbox_dir(ctx, r->id);
-  if (rm_rf(dir, err) < 0) return hutch_err_wrap(err, "remove sandbox directory");
-  if (r->uid_slot >= 0 && hutch_uid_slot_release(ctx->cfg.uid_lock_dir, (uint32_t)r->uid_slot, err) < 0)
-    return -1;
-  return 0;
-}
-
-/* ---- operations --------------------------------------------------------- */
-
-static int do_create(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
-  struct hutch_sandbox_rec r;
-  if (hutch_db_sandbox_get(ctx->db, sb_id, &r, err) < 0) return -1;
-  struct hutch_sandbox_spec spec = {0};
-  cleanup_free char *dir = hutch_sandbox_dir(ctx, sb_id);
-  cleanup_free char *cfg = xasprintf("%s/config.json", dir);
-  cleanup_free char *log = xasprintf("%s/shim.log", dir);
-  cleanup_free char *sock = hutch_shim_socket(ctx, sb_id);
-  cleanup_free char *shim = xasprintf("%s/hutch-shim", ctx->cfg.libexec_dir);
-  cleanup_free char *owner = xasprintf("%s %s\n", ctx->cfg.data_dir, sb_id);
-  cleanup_free char *json = NULL;
-  uint32_t slot;
-  pid_t shim_pid = 0, init_pid = 0;
-  uint64_t t0 = mono_us();
-
-  if (hutch_db_sandbox_set_state(ctx->db, sb_id, "creating", NULL, err) < 0) goto fail;
-  hutch_events_publish_state(sb_id, "creating", r.state);
-  if (hutch_uid_slot_claim(ctx->cfg.uid_lock_dir, ctx->cfg.uid_first, ctx->cfg.uid_slots, owner, &slot, err) < 0)
-    goto fail;
-  r.uid_slot = slot;
-  if (hutch_db_sandbox_set_host(ctx->db, sb_id, slot, 0, 0, err) < 0) goto fail;
-  if (mkdir(dir, 0700) < 0) {
-    hutch_err_sys(err, errno, "mkdir `%s`", dir);
-    goto fail;
-  }
-  if (build_spec(ctx, &r, &spec, err) < 0) goto fail;
-  uint64_t t_rootfs = mono_us();
-  if (hutch_rootfs_create(ctx->cfg.data_dir, r.template_name, spec.rootfs, spec.hostname, err) < 0) goto fail;
-  t_rootfs = mono_us() - t_rootfs;
-  if (hutch_fault("create.rootfs")) {
-    hutch_err_sys(err, EIO, "fault injected at create.rootfs");
-    goto fail;
-  }
-  json = hutch_spec_to_json(&spec);
-  if (!json || write_file(cfg, json, strlen(json), 0600, err) < 0) {
-    if (!json) hutch_err_sys(err, ENOMEM, "serialise sandbox spec");
-    goto fail;
-  }
-  struct hutch_shim_launch l = {
-      .shim_path = shim, .config_path = cfg, .socket_path = sock, .log_path = log, .timeout_ms = 30000,
-      .output_buffer = ctx->cfg.output_buffer};
-  uint64_t t_shim = mono_us();
-  if (hutch_shim_launch(&l, &shim_pid, &init_pid, err) < 0) goto fail;
-  t_shim = mono_us() - t_shim;
-  r.shim_pid = shim_pid;
-  if (hutch_db_sandbox_set_host(ctx->db, sb_id, slot, shim_pid, init_pid, err) < 0) goto fail;
-  if (hutch_fault("create.ready")) {
-    hutch_err_sys(err, EIO, "fault injected at create.ready");
-    goto fail;
-  }
-  /* A warm-pool member waits in state `pool` until a create claims it. */
-  if (hutch_db_sandbox_set_state(ctx->db, sb_id, strcmp(r.origin, "pool") ? "running" : "pool", NULL, err) < 0)
-    goto fail;
-  hutch_events_publish_state(sb_id, strcmp(r.origin, "pool") ? "running" : "pool", "creating");
-  char ms[32], rms[32], sms[32];
-  snprintf(ms, sizeof ms, "%.3f", (double)(mono_us() - t0) / 1000.0);
-  snprintf(rms, sizeof rms, "%.3f", (double)t_rootfs / 1000.0);
-  snprintf(sms, sizeof sms, "%.3f", (double)t_shim / 1000.0);
-  hutch_log(LOG_INFO, "sandbox.created", "id", sb_id, "dur_ms", ms, "rootfs_ms", rms, "shim_ms", sms, NULL);
-  hutch_spec_free(&spec);
-  hutch_sandbox_rec_free(&r);
-  return 0;
-
-fail:
-  hutch_err_wrap(err, "create sandbox %s", sb_id);
-  {
-    hutch_err e2 = HUTCH_ERR_INIT;
-    if (release_sandbox(ctx, &r, &e2) < 0)
-      hutch_log(LOG_ERROR, "sandbox.cleanup_failed", "id", sb_id, "reason", e2.msg, NULL);
-    else if (hutch_db_sandbox_delete(ctx->db, sb_id, &e2) < 0)
-      hutch_log(LOG_ERROR, "sandbox.cleanup_failed", "id", sb_id, "reason", e2.msg, NULL);
-    if (e2.msg[0]) hutch_db_sandbox_set_state(ctx->db, sb_id, "error", err->msg, &e2);
-    hutch_events_publish_state(sb_id, e2.msg[0] ? "error" : "deleted", "creating");
-  }
-  hutch_spec_free(&spec);
-  hutch_sandbox_rec_free(&r);
-  return -1;
-}
-
-static int do_delete(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
-  struct hutch_sandbox_rec r;
-  if (hutch_db_sandbox_get(ctx->db, sb_id, &r, err) < 0) {
-    /* Already gone (a failed create removed it): deleting is done. */
-    if (err->status == 404) return 0;
-    return -1;
-  }
-  int ret = 0;
-  hutch_events_publish_state(sb_id, "deleting", r.state);
-  if (hutch_db_sandbox_set_state(ctx->db, sb_id, "deleting", NULL, err) < 0 || release_sandbox(ctx, &r, err) < 0 ||
-      hutch_db_sandbox_delete(ctx->db, sb_id, err) < 0) {
-    hutch_err_wrap(err, "delete sandbox %s", sb_id);
-    hutch_err e2 = HUTCH_ERR_INIT;
-    hutch_db_sandbox_set_state(ctx->db, sb_id, "error", err->msg, &e2);
-    ret = -1;
-    hutch_events_publish_state(sb_id, "error", "deleting");
-  } else {
-    hutch_log(LOG_INFO, "sandbox.deleted", "id", sb_id, NULL);
-    hutch_events_publish_state(sb_id, "deleted", "deleting");
-  }
-  hutch_sandbox_rec_free(&r);
-  return ret;
-}
-
 static void *worker_main(void *arg) {
   struct hutch_ctx *ctx = arg;
   for (;;) {
@@ -319,7 +153,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&ctx->mu);
     hutch_err err = HUTCH_ERR_INIT, e2 = HUTCH_ERR_INIT;
     hutch_db_op_set_state(ctx->db, q->op_id, "running", NULL, &e2);
-    int r = !strcmp(q->kind, "delete") ? do_delete(ctx, q->sb_id, &err) : do_create(ctx, q->sb_id, &err);
+    int r = hutch_ops_run(ctx, q->kind, q->sb_id, &err);
     if (r < 0) hutch_log(LOG_ERROR, "operation.failed", "op", q->op_id, "kind", q->kind, "reason", err.msg, NULL);
     if (hutch_db_op_set_state(ctx->db, q->op_id, r < 0 ? "failed" : "succeeded", r < 0 ? &err : NULL, &e2) < 0)
       hutch_log(LOG_ERROR, "operation.record_failed", "op", q->op_id, "reason", e2.msg, NULL);
@@ -359,10 +193,11 @@ void hutch_create_req_defaults(struct hutch_ctx *ctx, struct hutch_create_req *r
 
 static char *normalized_request(const struct hutch_create_req *req) {
   json_t *empty = json_object();
-  json_t *norm = json_pack("{s:{s:f, s:I, s:I, s:I}, s:O, s:O, s:I}", "resources", "cpus", req->cpus, "memory_mib",
-                           (json_int_t)req->memory_mib, "pids", (json_int_t)req->pids, "disk_mib",
+  json_t *norm = json_pack("{s:{s:f, s:I, s:I, s:I}, s:O, s:O, s:I, s:s}", "resources", "cpus", req->cpus,
+                           "memory_mib", (json_int_t)req->memory_mib, "pids", (json_int_t)req->pids, "disk_mib",
                            (json_int_t)req->disk_mib, "env", req->env ? req->env : empty, "labels",
-                           req->labels ? req->labels : empty, "timeout_s", (json_int_t)req->timeout_s);
+                           req->labels ? req->labels : empty, "timeout_s", (json_int_t)req->timeout_s, "on_timeout",
+                           req->on_timeout ? req->on_timeout : "delete");
   json_decref(empty);
   if (!norm) return NULL;
   char *s = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
@@ -480,6 +315,34 @@ int hutch_lc_delete(struct hutch_ctx *ctx, const char *sb_id, char op_id[64], hu
   return 0;
 }
 
+int hutch_lc_verb(struct hutch_ctx *ctx, const char *sb_id, const char *verb, char op_id[64], hutch_err *err) {
+  struct hutch_sandbox_rec r;
+  if (hutch_lc_get(ctx, sb_id, &r, err) < 0) return -1;
+  const char *eff = verb;
+  if (!strcmp(verb, "wake"))
+    eff = !strcmp(r.state, "paused") ? "resume" : !strcmp(r.state, "stopped") ? "start"
+          : !strcmp(r.state, "suspended")                                      ? "restore"
+                                                                               : "wake";
+  int fit = hutch_ops_fit(eff, r.state, sb_id, err);
+  /* A transitional state may be on its way to one that fits: leave the
+   * final word to the worker, which checks again in order. */
+  bool transitional = !strcmp(r.state, "pausing") || !strcmp(r.state, "resuming") || !strcmp(r.state, "stopping") ||
+                      !strcmp(r.state, "starting") || !strcmp(r.state, "suspending") ||
+                      !strcmp(r.state, "restoring") || !strcmp(r.state, "creating") || !strcmp(r.state, "accepted");
+  hutch_sandbox_rec_free(&r);
+  if (fit < 0 && !transitional) return -1;
+  if (new_op(ctx, verb, sb_id, op_id, err) < 0) return -1;
+  if (fit > 0 && !transitional && !is_busy_locked(ctx, sb_id)) {
+    /* Already there: an idempotent repeat is an operation that succeeded. */
+    if (hutch_db_op_set_state(ctx->db, op_id, "succeeded", NULL, err) < 0) return -1;
+    hutch_events_publish_op(op_id, verb, sb_id, "succeeded", NULL);
+    return 1;
+  }
+  hutch_err_clear(err);
+  enqueue(ctx, op_id, sb_id, verb);
+  return 0;
+}
+
 int hutch_lc_wait(struct hutch_ctx *ctx, const char *op_id, uint64_t timeout_ms, struct hutch_op_rec *out,
                   hutch_err *err) {
   uint64_t deadline = mono_us() + timeout_ms * 1000u;
@@ -521,7 +384,7 @@ char **hutch_lc_command_env(struct hutch_ctx *ctx, const char *sb_id, json_t *ex
   json_t *req = json_loads(r.request, 0, &je);
   json_t *env = json_object();
   char hn[64];
-  hostname_for(sb_id, hn);
+  hutch_hostname_for(sb_id, hn);
   json_object_set_new(env, "PATH", json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
   json_object_set_new(env, "HOME", json_string("/root"));
   json_object_set_new(env, "USER", json_string("root"));
@@ -585,25 +448,8 @@ static void reconcile(struct hutch_ctx *ctx) {
     return;
   }
   for (size_t i = 0; i < n; i++) {
-    struct hutch_sandbox_rec *r = &v[i];
-    cleanup_free char *sock = hutch_shim_socket(ctx, r->id);
-    bool live_state = !strcmp(r->state, "running") || !strcmp(r->state, "pool");
-    if (live_state && hutch_shim_alive(sock)) {
-      hutch_log(LOG_INFO, "sandbox.readopted", "id", r->id, NULL);
-    } else if (!strcmp(r->state, "accepted") || !strcmp(r->state, "creating") || !strcmp(r->state, "deleting")) {
-      hutch_err e = HUTCH_ERR_INIT;
-      if (release_sandbox(ctx, r, &e) == 0) hutch_db_sandbox_delete(ctx->db, r->id, &e);
-      hutch_log(LOG_WARN, "sandbox.rolled_back", "id", r->id, "state", r->state, NULL);
-    } else if (!strcmp(r->state, "pool")) {
-      hutch_err e = HUTCH_ERR_INIT;
-      if (release_sandbox(ctx, r, &e) == 0) hutch_db_sandbox_delete(ctx->db, r->id, &e);
-    } else if (!strcmp(r->state, "running")) {
-      hutch_err e = HUTCH_ERR_INIT;
-      release_sandbox(ctx, r, &e);
-      hutch_db_sandbox_set_state(ctx->db, r->id, "error", "its shim was gone when hutchd started", &e);
-      hutch_log(LOG_WARN, "sandbox.lost", "id", r->id, NULL);
-    }
-    hutch_sandbox_rec_free(r);
+    hutch_ops_reconcile(ctx, &v[i]);
+    hutch_sandbox_rec_free(&v[i]);
   }
   free(v);
 }
@@ -641,18 +487,39 @@ static void *reaper_main(void *arg) {
     size_t n = 0;
     hutch_err err = HUTCH_ERR_INIT;
     pool_fill(ctx);
-    if (hutch_db_sandbox_list(ctx->db, "running", &v, &n, &err) < 0) continue;
+    if (hutch_db_sandbox_list(ctx->db, NULL, &v, &n, &err) < 0) continue;
     uint64_t now = now_ms();
     for (size_t i = 0; i < n; i++) {
-      if (v[i].expires_at && v[i].expires_at <= now) {
+      struct hutch_sandbox_rec *r = &v[i];
+      bool live = !strcmp(r->state, "running") || !strcmp(r->state, "paused");
+      /* A shim that died took the sandbox's processes with it. */
+      if (live && !is_busy_locked(ctx, r->id) && !hutch_is_shim_of((pid_t)r->shim_pid, r->id)) {
+        struct hutch_sandbox_rec tmp;
+        hutch_err e = HUTCH_ERR_INIT;
+        /* Re-read: an operation may have moved it since the list. */
+        if (hutch_db_sandbox_get(ctx->db, r->id, &tmp, &e) == 0) {
+          if (!strcmp(tmp.state, r->state) && !is_busy_locked(ctx, r->id) &&
+              !hutch_is_shim_of((pid_t)tmp.shim_pid, tmp.id))
+            hutch_ops_shim_lost(ctx, &tmp);
+          hutch_sandbox_rec_free(&tmp);
+        }
+        live = false;
+      }
+      bool expirable = live || !strcmp(r->state, "stopped");
+      if (expirable && r->expires_at && r->expires_at <= now && strcmp(r->origin, "pool") != 0) {
         char op[64];
         hutch_err e = HUTCH_ERR_INIT;
-        hutch_events_publish_state(v[i].id, "deleting", v[i].state);
-        if (hutch_db_sandbox_set_state(ctx->db, v[i].id, "deleting", NULL, &e) == 0 &&
-            hutch_lc_delete(ctx, v[i].id, op, &e) == 0)
-          hutch_log(LOG_INFO, "sandbox.expired", "id", v[i].id, "op", op, NULL);
+        json_error_t je;
+        json_t *req = json_loads(r->request, 0, &je);
+        bool suspend = req && !strcmp(json_string_value(json_object_get(req, "on_timeout")) ?: "delete", "suspend");
+        json_decref(req);
+        /* Expiry acts once: clear the deadline (a later timeout call sets a new one). */
+        hutch_db_sandbox_clear_expiry(ctx->db, r->id, &e);
+        if ((suspend ? hutch_lc_verb(ctx, r->id, "suspend", op, &e) : hutch_lc_delete(ctx, r->id, op, &e)) >= 0)
+          hutch_log(LOG_INFO, "sandbox.expired", "id", r->id, "op", op, "action", suspend ? "suspend" : "delete",
+                    NULL);
       }
-      hutch_sandbox_rec_free(&v[i]);
+      hutch_sandbox_rec_free(r);
     }
     free(v);
   }

@@ -74,6 +74,7 @@ struct hutch_create_req {
   json_t *env;    /* object of strings (borrowed) */
   json_t *labels; /* object of strings (borrowed) */
   int64_t timeout_s;
+  const char *on_timeout; /* "delete" (default) or "suspend" */
 };
 
 /* Accept a create: validates what can be checked now (template, runtime),
@@ -81,6 +82,10 @@ struct hutch_create_req {
 int hutch_lc_create(struct hutch_ctx *ctx, const struct hutch_create_req *req, char sb_id[64], char op_id[64],
                     hutch_err *err);
 int hutch_lc_delete(struct hutch_ctx *ctx, const char *sb_id, char op_id[64], hutch_err *err);
+/* Accept a lifecycle call (pause, resume, stop, start, suspend, restore,
+ * wake): 409 naming the state when it does not fit; 1 when there is
+ * nothing to do (the operation is recorded as succeeded); 0 when queued. */
+int hutch_lc_verb(struct hutch_ctx *ctx, const char *sb_id, const char *verb, char op_id[64], hutch_err *err);
 /* A user-visible sandbox (idle warm-pool members are not): 404 otherwise. */
 int hutch_lc_get(struct hutch_ctx *ctx, const char *sb_id, struct hutch_sandbox_rec *out, hutch_err *err);
 /* Default create request (what the warm pool holds), for `template_name`. */

@@ -76,5 +76,7 @@ const struct hutch_runtime_ops *const *hutch_runtimes(void);
 /* Fault injection for tests (docs/testing.md): returns true when the
  * environment variable HUTCH_FAULT names `point`. */
 bool hutch_fault(const char *point);
+/* NULL-terminated list of every fault point (`hutchd --fault-points`). */
+const char *const *hutch_fault_points(void);
 
 #endif

@@ -317,6 +317,14 @@ int hutch_db_sandbox_set_expiry(struct hutch_db *db, const char *id, uint64_t ex
   return ret;
 }
 
+int hutch_db_sandbox_clear_expiry(struct hutch_db *db, const char *id, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "UPDATE sandboxes SET expires_at=0, updated_at=? WHERE id=?", err);
+  if (!st) return -1;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)now_ms());
+  bind_text(st, 2, id);
+  return step_done(db, st, err, "clear sandbox expiry");
+}
+
 int hutch_db_pool_claim(struct hutch_db *db, const char *template_name, const char *request, uint64_t now,
                         uint64_t expires_at, char id_out[64], hutch_err *err) {
   /* One statement, so two concurrent claims can never take the same row. */

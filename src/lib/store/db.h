@@ -55,6 +55,8 @@ int hutch_db_sandbox_delete(struct hutch_db *db, const char *id, hutch_err *err)
  * request's timeout_s becomes `timeout_s`.  One statement, conditional on
  * state 'running', so it cannot revive a sandbox being deleted.  Returns 0
  * when updated, 1 when no running sandbox has this id, -1 on error. */
+/* The deadline has been acted on (expiry deletes or suspends once). */
+int hutch_db_sandbox_clear_expiry(struct hutch_db *db, const char *id, hutch_err *err);
 int hutch_db_sandbox_set_expiry(struct hutch_db *db, const char *id, uint64_t expires_at, int64_t timeout_s,
                                 hutch_err *err);
 int64_t hutch_db_sandbox_count(struct hutch_db *db);

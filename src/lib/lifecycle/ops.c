@@ -1,0 +1,536 @@
+#include "lifecycle/ops.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/shim_client.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "isolate/cgroup.h"
+#include "isolate/userns.h"
+#include "lifecycle/events.h"
+#include "runtime/runtime.h"
+#include "store/template.h"
+
+void hutch_hostname_for(const char *id, char out[64]) {
+  snprintf(out, 64, "%s", id);
+  for (char *p = out; *p; p++)
+    if (*p == '_') *p = '-';
+}
+
+bool hutch_is_shim_of(pid_t pid, const char *id) {
+  if (pid <= 0) return false;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+  size_t len = 0;
+  hutch_err err = HUTCH_ERR_INIT;
+  cleanup_free char *cmd = read_file(path, 8192, &len, &err);
+  if (!cmd) return false;
+  for (size_t i = 0; i < len; i++)
+    if (!cmd[i]) cmd[i] = ' ';
+  return strstr(cmd, "hutch-shim") && strstr(cmd, id);
+}
+
+/* Fails with "fault injected" when HUTCH_FAULT names `point` (and aborts
+ * hutchd when it says `point:abort`, see runtime.c). */
+#define FAULT(point)                                                  \
+  do {                                                                \
+    if (hutch_fault(point)) {                                         \
+      hutch_err_sys(err, EIO, "fault injected at %s", point);         \
+      goto fail;                                                      \
+    }                                                                 \
+  } while (0)
+
+static int set_state(struct hutch_ctx *ctx, const char *id, const char *state, const char *prev, const char *error,
+                     hutch_err *err) {
+  if (hutch_db_sandbox_set_state(ctx->db, id, state, error, err) < 0) return -1;
+  hutch_events_publish_state(id, state, prev);
+  return 0;
+}
+
+static int build_spec(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, struct hutch_sandbox_spec *s,
+                      hutch_err *err) {
+  memset(s, 0, sizeof *s);
+  json_error_t je;
+  json_t *req = json_loads(r->request, 0, &je);
+  if (!req) return hutch_err_sys(err, 0, "stored request of `%s` is corrupt: %s", r->id, je.text);
+  json_t *res = json_object_get(req, "resources");
+  double cpus = json_number_value(json_object_get(res, "cpus"));
+  json_int_t mem = json_integer_value(json_object_get(res, "memory_mib"));
+  json_int_t pids = json_integer_value(json_object_get(res, "pids"));
+  json_decref(req);
+  char hn[64];
+  hutch_hostname_for(r->id, hn);
+  cleanup_free char *dir = hutch_sandbox_dir(ctx, r->id);
+  s->id = xstrdup(r->id);
+  s->instance = xstrdup(ctx->instance);
+  s->runtime = xstrdup(r->runtime);
+  s->rootfs = xasprintf("%s/rootfs", dir);
+  s->lower = xasprintf("%s/templates/%s", ctx->cfg.data_dir, r->template_name);
+  const char *usr = hutch_template_usr_src(r->template_name);
+  s->usr_src = usr ? xstrdup(usr) : NULL;
+  s->init_path = xasprintf("%s/hutch-init", ctx->cfg.libexec_dir);
+  s->hostname = xstrdup(hn);
+  s->uid_base = r->uid_slot >= 0 ? hutch_uid_base_for_slot(ctx, r->uid_slot) : 0;
+  s->uid_count = HUTCH_UID_SLOT_SIZE;
+  s->limits.memory_bytes = (uint64_t)mem << 20;
+  s->limits.pids = (uint64_t)pids;
+  s->limits.cpu_millis = (uint32_t)(cpus * 1000 + 0.5);
+  /* /tmp is tmpfs charged to the sandbox's memory cgroup: half the limit. */
+  s->tmp_bytes = s->limits.memory_bytes / 2;
+  return 0;
+}
+
+/* ---- building blocks (each idempotent) ---------------------------------- */
+
+static int slot_claim(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
+  if (r->uid_slot >= 0) return 0;
+  cleanup_free char *owner = xasprintf("%s %s\n", ctx->cfg.data_dir, r->id);
+  uint32_t slot;
+  if (hutch_uid_slot_claim(ctx->cfg.uid_lock_dir, ctx->cfg.uid_first, ctx->cfg.uid_slots, owner, &slot, err) < 0)
+    return -1;
+  r->uid_slot = slot;
+  return hutch_db_sandbox_set_host(ctx->db, r->id, r->uid_slot, 0, 0, err);
+}
+
+static void slot_release(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r) {
+  hutch_err e = HUTCH_ERR_INIT;
+  if (r->uid_slot >= 0) hutch_uid_slot_release(ctx->cfg.uid_lock_dir, (uint32_t)r->uid_slot, &e);
+  r->uid_slot = -1;
+  hutch_db_sandbox_set_host(ctx->db, r->id, -1, 0, 0, &e);
+}
+
+/* Launch the sandbox's shim (its processes start fresh). */
+static int shim_up(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, uint64_t *shim_us, hutch_err *err) {
+  struct hutch_sandbox_spec spec;
+  if (build_spec(ctx, r, &spec, err) < 0) return -1;
+  cleanup_free char *dir = hutch_sandbox_dir(ctx, r->id);
+  cleanup_free char *cfg = xasprintf("%s/config.json", dir);
+  cleanup_free char *log = xasprintf("%s/shim.log", dir);
+  cleanup_free char *sock = hutch_shim_socket(ctx, r->id);
+  cleanup_free char *shim = xasprintf("%s/hutch-shim", ctx->cfg.libexec_dir);
+  cleanup_free char *json = hutch_spec_to_json(&spec);
+  hutch_spec_free(&spec);
+  if (!json) return hutch_err_sys(err, ENOMEM, "serialise sandbox spec");
+  if (write_file(cfg, json, strlen(json), 0600, err) < 0) return -1;
+  struct hutch_shim_launch l = {.shim_path = shim, .config_path = cfg, .socket_path = sock, .log_path = log,
+                                .timeout_ms = 30000, .output_buffer = ctx->cfg.output_buffer};
+  pid_t shim_pid = 0, init_pid = 0;
+  uint64_t t = mono_us();
+  if (hutch_shim_launch(&l, &shim_pid, &init_pid, err) < 0) return -1;
+  if (shim_us) *shim_us = mono_us() - t;
+  r->shim_pid = shim_pid;
+  r->init_pid = init_pid;
+  return hutch_db_sandbox_set_host(ctx->db, r->id, r->uid_slot, shim_pid, init_pid, err);
+}
+
+/* End the sandbox's processes and release its runtime resources (shim,
+ * cgroup, socket); files and uid range stay. */
+static int runtime_down(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
+  cleanup_free char *sock = hutch_shim_socket(ctx, r->id);
+  hutch_err e = HUTCH_ERR_INIT;
+  /* A frozen init cannot be reaped by its shim: thaw first. */
+  if (hutch_cgroup_exists(ctx->instance, r->id)) hutch_cgroup_freeze(ctx->instance, r->id, false, &e);
+  if (access(sock, F_OK) == 0 && hutch_shim_shutdown(sock, &e) < 0)
+    hutch_log(LOG_WARN, "shim.shutdown_failed", "id", r->id, "reason", e.msg, NULL);
+  if (hutch_is_shim_of((pid_t)r->shim_pid, r->id)) kill((pid_t)r->shim_pid, SIGKILL);
+  /* The cgroup holds every process of the sandbox, whatever the shim did. */
+  if (hutch_cgroup_destroy(ctx->instance, r->id, err) < 0) return hutch_err_wrap(err, "release cgroup");
+  unlink(sock);
+  r->shim_pid = r->init_pid = 0;
+  hutch_db_sandbox_set_host(ctx->db, r->id, r->uid_slot, 0, 0, &e);
+  return 0;
+}
+
+int hutch_ops_release_all(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *rec, hutch_err *err) {
+  struct hutch_sandbox_rec r = *rec;
+  if (runtime_down(ctx, &r, err) < 0) return -1;
+  cleanup_free char *dir = hutch_sandbox_dir(ctx, r.id);
+  if (rm_rf(dir, err) < 0) return hutch_err_wrap(err, "remove sandbox directory");
+  if (r.uid_slot >= 0 && hutch_uid_slot_release(ctx->cfg.uid_lock_dir, (uint32_t)r.uid_slot, err) < 0) return -1;
+  return 0;
+}
+
+/* Save the command history (docs/lifecycle.md: suspend keeps it): what the
+ * shim knows, appended to what earlier suspends saved.  Commands still
+ * running are recorded as ended by the suspend. */
+static void save_history(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r) {
+  cleanup_free char *sock = hutch_shim_socket(ctx, r->id);
+  cleanup_free char *dir = hutch_sandbox_dir(ctx, r->id);
+  cleanup_free char *path = xasprintf("%s/commands.json", dir);
+  cleanup_free char *tmp = xasprintf("%s/commands.json.tmp", dir);
+  hutch_err err = HUTCH_ERR_INIT;
+  struct hutch_shim_conn c;
+  if (hutch_shim_conn_open(&c, sock, 10, &err) < 0) return;
+  struct hutch_frame_hdr h;
+  int rc = hutch_shim_conn_call(&c, HUTCH_MSG_LIST, NULL, 0, &h, &err);
+  json_error_t je;
+  json_t *now = rc == 0 ? json_loadb((const char *)c.payload.data, c.payload.len, 0, &je) : NULL;
+  hutch_shim_conn_close(&c);
+  if (!json_is_array(now)) {
+    json_decref(now);
+    return;
+  }
+  json_t *all = json_load_file(path, 0, &je);
+  if (!json_is_array(all)) {
+    json_decref(all);
+    all = json_array();
+  }
+  size_t i;
+  json_t *cmd;
+  json_array_foreach(now, i, cmd) {
+    if (!strcmp(json_string_value(json_object_get(cmd, "state")) ?: "", "running")) {
+      char ts[32];
+      iso8601(now_ms(), ts);
+      json_object_set_new(cmd, "state", json_string("exited"));
+      json_object_set_new(cmd, "signal", json_integer(SIGKILL));
+      json_object_set_new(cmd, "finished_at", json_string(ts));
+      json_object_set_new(cmd, "ended_by", json_string("suspend"));
+    }
+    json_array_append(all, cmd);
+  }
+  /* Keep the newest 1000. */
+  while (json_array_size(all) > 1000) json_array_remove(all, 0);
+  if (json_dump_file(all, tmp, JSON_COMPACT) == 0) rename(tmp, path);
+  json_decref(all);
+  json_decref(now);
+}
+
+/* ---- fit -------------------------------------------------------------- */
+
+struct verb_fit {
+  const char *verb;
+  const char *ok;   /* space-separated states from which it acts */
+  const char *noop; /* state in which it is already done */
+};
+
+static const struct verb_fit fits[] = {
+    {"pause", "running", "paused"},
+    {"resume", "paused", "running"},
+    {"stop", "running paused", "stopped"},
+    {"start", "stopped", "running"},
+    {"suspend", "running paused stopped", "suspended"},
+    {"restore", "suspended", "running"},
+    {"wake", "paused stopped suspended", "running"},
+};
+
+static bool word_in(const char *w, const char *list) {
+  size_t n = strlen(w);
+  for (const char *p = list; *p;) {
+    const char *e = strchr(p, ' ');
+    size_t l = e ? (size_t)(e - p) : strlen(p);
+    if (l == n && !strncmp(p, w, n)) return true;
+    p += l;
+    if (*p) p++;
+  }
+  return false;
+}
+
+int hutch_ops_fit(const char *verb, const char *state, const char *sb_id, hutch_err *err) {
+  for (size_t i = 0; i < sizeof fits / sizeof *fits; i++) {
+    if (strcmp(fits[i].verb, verb)) continue;
+    if (word_in(state, fits[i].ok)) return 0;
+    if (!strcmp(state, fits[i].noop)) return 1;
+    hutch_err_set(err, 409, "conflict", "sandbox `%s` is %s: cannot %s it", sb_id, state, verb);
+    return -1;
+  }
+  return hutch_err_invalid(err, "unknown lifecycle call `%s`", verb);
+}
+
+/* ---- operations --------------------------------------------------------- */
+
+static int do_create(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
+  const char *id = r->id;
+  cleanup_free char *dir = hutch_sandbox_dir(ctx, id);
+  uint64_t t0 = mono_us(), t_rootfs = 0, t_shim = 0;
+  const char *final = strcmp(r->origin, "pool") ? "running" : "pool";
+
+  if (set_state(ctx, id, "creating", r->state, NULL, err) < 0) goto fail;
+  if (slot_claim(ctx, r, err) < 0) goto fail;
+  FAULT("create.slot");
+  if (mkdir(dir, 0700) < 0) {
+    hutch_err_sys(err, errno, "mkdir `%s`", dir);
+    goto fail;
+  }
+  {
+    char hn[64];
+    hutch_hostname_for(id, hn);
+    cleanup_free char *rootfs = xasprintf("%s/rootfs", dir);
+    t_rootfs = mono_us();
+    if (hutch_rootfs_create(ctx->cfg.data_dir, r->template_name, rootfs, hn, err) < 0) goto fail;
+    t_rootfs = mono_us() - t_rootfs;
+  }
+  FAULT("create.rootfs");
+  if (shim_up(ctx, r, &t_shim, err) < 0) goto fail;
+  FAULT("create.shim");
+  FAULT("create.ready");
+  /* A warm-pool member waits in state `pool` until a create claims it. */
+  if (set_state(ctx, id, final, "creating", NULL, err) < 0) goto fail;
+  char ms[32], rms[32], sms[32];
+  snprintf(ms, sizeof ms, "%.3f", (double)(mono_us() - t0) / 1000.0);
+  snprintf(rms, sizeof rms, "%.3f", (double)t_rootfs / 1000.0);
+  snprintf(sms, sizeof sms, "%.3f", (double)t_shim / 1000.0);
+  hutch_log(LOG_INFO, "sandbox.created", "id", id, "dur_ms", ms, "rootfs_ms", rms, "shim_ms", sms, NULL);
+  return 0;
+
+fail:
+  hutch_err_wrap(err, "create sandbox %s", id);
+  {
+    /* Roll back: a failed create leaves nothing, not even its row. */
+    hutch_err e2 = HUTCH_ERR_INIT;
+    if (hutch_ops_release_all(ctx, r, &e2) < 0 || hutch_db_sandbox_delete(ctx->db, id, &e2) < 0) {
+      hutch_log(LOG_ERROR, "sandbox.cleanup_failed", "id", id, "reason", e2.msg, NULL);
+      set_state(ctx, id, "error", "creating", err->msg, &e2);
+    } else {
+      hutch_events_publish_state(id, "deleted", "creating");
+    }
+  }
+  return -1;
+}
+
+static int do_delete(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
+  const char *id = r->id;
+  cleanup_free char *dir = hutch_sandbox_dir(ctx, id);
+  if (set_state(ctx, id, "deleting", r->state, NULL, err) < 0) goto fail;
+  FAULT("delete.begin");
+  if (runtime_down(ctx, r, err) < 0) goto fail;
+  FAULT("delete.shim");
+  if (rm_rf(dir, err) < 0) goto fail;
+  FAULT("delete.files");
+  slot_release(ctx, r);
+  FAULT("delete.row");
+  if (hutch_db_sandbox_delete(ctx->db, id, err) < 0) goto fail;
+  hutch_log(LOG_INFO, "sandbox.deleted", "id", id, NULL);
+  hutch_events_publish_state(id, "deleted", "deleting");
+  return 0;
+fail:
+  hutch_err_wrap(err, "delete sandbox %s", id);
+  hutch_err e2 = HUTCH_ERR_INIT;
+  set_state(ctx, id, "error", "deleting", err->msg, &e2);
+  return -1;
+}
+
+static int freeze(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, bool frozen, hutch_err *err) {
+  struct hutch_sandbox_spec spec;
+  if (build_spec(ctx, r, &spec, err) < 0) return -1;
+  const struct hutch_runtime_ops *rt = hutch_runtime_get(r->runtime);
+  int ret = !rt ? hutch_err_sys(err, 0, "unknown runtime `%s`", r->runtime)
+                : frozen ? rt->pause(&spec, err) : rt->resume(&spec, err);
+  hutch_spec_free(&spec);
+  return ret;
+}
+
+static int do_pause(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
+  if (set_state(ctx, r->id, "pausing", r->state, NULL, err) < 0) goto fail;
+  FAULT("pause.begin");
+  if (freeze(ctx, r, true, err) < 0) goto fail;
+  FAULT("pause.frozen");
+  return set_state(ctx, r->id, "paused", "pausing", NULL, err);
+fail:
+  hutch_err_wrap(err, "pause sandbox %s", r->id);
+  hutch_err e2 = HUTCH_ERR_INIT;
+  freeze(ctx, r, false, &e2);
+  set_state(ctx, r->id, "running", "pausing", NULL, &e2);
+  return -1;
+}
+
+static int do_resume(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
+  if (set_state(ctx, r->id, "resuming", r->state, NULL, err) < 0) goto fail;
+  FAULT("resume.begin");
+  if (freeze(ctx, r, false, err) < 0) goto fail;
+  FAULT("resume.thawed");
+  return set_state(ctx, r->id, "running", "resuming", NULL, err);
+fail:
+  hutch_err_wrap(err, "resume sandbox %s", r->id);
+  hutch_err e2 = HUTCH_ERR_INIT;
+  set_state(ctx, r->id, "paused", "resuming", NULL, &e2);
+  return -1;
+}
+
+static int do_stop(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
+  if (set_state(ctx, r->id, "stopping", r->state, NULL, err) < 0) goto fail;
+  FAULT("stop.begin");
+  if (runtime_down(ctx, r, err) < 0) goto fail;
+  FAULT("stop.shim");
+  return set_state(ctx, r->id, "stopped", "stopping", NULL, err);
+fail:
+  hutch_err_wrap(err, "stop sandbox %s", r->id);
+  hutch_err e2 = HUTCH_ERR_INIT;
+  /* Whatever step failed, finish releasing: stopped is the safe end. */
+  if (runtime_down(ctx, r, &e2) == 0) set_state(ctx, r->id, "stopped", "stopping", NULL, &e2);
+  else set_state(ctx, r->id, "error", "stopping", err->msg, &e2);
+  return -1;
+}
+
+static int do_start(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
+  if (set_state(ctx, r->id, "starting", r->state, NULL, err) < 0) goto fail;
+  FAULT("start.begin");
+  if (slot_claim(ctx, r, err) < 0 || shim_up(ctx, r, NULL, err) < 0) goto fail;
+  FAULT("start.shim");
+  return set_state(ctx, r->id, "running", "starting", NULL, err);
+fail:
+  hutch_err_wrap(err, "start sandbox %s", r->id);
+  hutch_err e2 = HUTCH_ERR_INIT;
+  runtime_down(ctx, r, &e2);
+  set_state(ctx, r->id, "stopped", "starting", NULL, &e2);
+  return -1;
+}
+
+static int do_suspend(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
+  bool live = strcmp(r->state, "stopped") != 0;
+  if (set_state(ctx, r->id, "suspending", r->state, NULL, err) < 0) goto fail;
+  FAULT("suspend.begin");
+  if (live) {
+    /* A paused sandbox's shim still answers: the freezer holds only the
+     * sandbox's processes. */
+    save_history(ctx, r);
+  }
+  FAULT("suspend.history");
+  if (runtime_down(ctx, r, err) < 0) goto fail;
+  FAULT("suspend.shim");
+  slot_release(ctx, r);
+  FAULT("suspend.slot");
+  return set_state(ctx, r->id, "suspended", "suspending", NULL, err);
+fail:
+  hutch_err_wrap(err, "suspend sandbox %s", r->id);
+  hutch_err e2 = HUTCH_ERR_INIT;
+  /* Suspending is releasing: finish it if the host lets us. */
+  if (runtime_down(ctx, r, &e2) == 0) {
+    slot_release(ctx, r);
+    set_state(ctx, r->id, "suspended", "suspending", NULL, &e2);
+  } else {
+    set_state(ctx, r->id, "error", "suspending", err->msg, &e2);
+  }
+  return -1;
+}
+
+static int do_restore(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
+  if (set_state(ctx, r->id, "restoring", r->state, NULL, err) < 0) goto fail;
+  FAULT("restore.begin");
+  if (slot_claim(ctx, r, err) < 0) goto fail;
+  FAULT("restore.slot");
+  if (shim_up(ctx, r, NULL, err) < 0) goto fail;
+  FAULT("restore.shim");
+  return set_state(ctx, r->id, "running", "restoring", NULL, err);
+fail:
+  hutch_err_wrap(err, "restore sandbox %s", r->id);
+  hutch_err e2 = HUTCH_ERR_INIT;
+  runtime_down(ctx, r, &e2);
+  slot_release(ctx, r);
+  set_state(ctx, r->id, "suspended", "restoring", NULL, &e2);
+  return -1;
+}
+
+int hutch_ops_run(struct hutch_ctx *ctx, const char *kind, const char *sb_id, hutch_err *err) {
+  struct hutch_sandbox_rec r;
+  if (hutch_db_sandbox_get(ctx->db, sb_id, &r, err) < 0) {
+    /* Deleting what is already gone (a failed create removed it) is done. */
+    if (!strcmp(kind, "delete") && err->status == 404) return 0;
+    return -1;
+  }
+  int ret;
+  if (!strcmp(kind, "create") || !strcmp(kind, "pool_fill")) {
+    ret = do_create(ctx, &r, err);
+  } else if (!strcmp(kind, "delete")) {
+    ret = do_delete(ctx, &r, err);
+  } else {
+    /* Checked again now: an operation queued before this one may have
+     * changed the state since the call was accepted. */
+    const char *verb = kind;
+    if (!strcmp(kind, "wake"))
+      verb = !strcmp(r.state, "paused") ? "resume" : !strcmp(r.state, "stopped") ? "start"
+             : !strcmp(r.state, "suspended")                                      ? "restore"
+                                                                                  : "wake";
+    int fit = hutch_ops_fit(verb, r.state, sb_id, err);
+    if (fit != 0) {
+      hutch_sandbox_rec_free(&r);
+      return fit > 0 ? 0 : -1;
+    }
+    if (!strcmp(verb, "pause")) ret = do_pause(ctx, &r, err);
+    else if (!strcmp(verb, "resume")) ret = do_resume(ctx, &r, err);
+    else if (!strcmp(verb, "stop")) ret = do_stop(ctx, &r, err);
+    else if (!strcmp(verb, "start")) ret = do_start(ctx, &r, err);
+    else if (!strcmp(verb, "suspend")) ret = do_suspend(ctx, &r, err);
+    else if (!strcmp(verb, "restore")) ret = do_restore(ctx, &r, err);
+    else ret = hutch_err_invalid(err, "unknown operation `%s`", kind);
+    if (ret == 0) hutch_log(LOG_INFO, "sandbox.lifecycle", "id", sb_id, "op", verb, NULL);
+  }
+  hutch_sandbox_rec_free(&r);
+  return ret;
+}
+
+/* ---- failures found from outside ----------------------------------------- */
+
+void hutch_ops_shim_lost(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *rec) {
+  struct hutch_sandbox_rec r = *rec;
+  hutch_err e = HUTCH_ERR_INIT;
+  runtime_down(ctx, &r, &e);
+  slot_release(ctx, &r);
+  set_state(ctx, r.id, "error", rec->state,
+            "hutch-shim exited unexpectedly: the sandbox's processes ended (its files are kept)", &e);
+  hutch_log(LOG_WARN, "sandbox.shim_lost", "id", r.id, NULL);
+}
+
+void hutch_ops_reconcile(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r) {
+  cleanup_free char *sock = hutch_shim_socket(ctx, r->id);
+  bool alive = access(sock, F_OK) == 0 && hutch_shim_alive(sock);
+  const char *s = r->state;
+  hutch_err e = HUTCH_ERR_INIT;
+  if (!strcmp(s, "accepted") || !strcmp(s, "creating") || !strcmp(s, "deleting")) {
+    /* Roll back a create, roll forward a delete: both end with nothing. */
+    if (hutch_ops_release_all(ctx, r, &e) == 0 && hutch_db_sandbox_delete(ctx->db, r->id, &e) == 0)
+      hutch_log(LOG_WARN, "sandbox.reconciled", "id", r->id, "was", s, "now", "deleted", NULL);
+    return;
+  }
+  if (!strcmp(s, "pool")) {
+    if (!alive && hutch_ops_release_all(ctx, r, &e) == 0) hutch_db_sandbox_delete(ctx->db, r->id, &e);
+    return;
+  }
+  if (!strcmp(s, "running") || !strcmp(s, "paused") || !strcmp(s, "pausing") || !strcmp(s, "resuming")) {
+    if (!alive) {
+      hutch_ops_shim_lost(ctx, r);
+      return;
+    }
+    /* Finish an interrupted freeze or thaw (both idempotent). */
+    if (!strcmp(s, "pausing")) {
+      if (freeze(ctx, r, true, &e) == 0) set_state(ctx, r->id, "paused", s, NULL, &e);
+      else set_state(ctx, r->id, "running", s, NULL, &e);
+    } else if (!strcmp(s, "resuming")) {
+      if (freeze(ctx, r, false, &e) == 0) set_state(ctx, r->id, "running", s, NULL, &e);
+    }
+    hutch_log(LOG_INFO, "sandbox.readopted", "id", r->id, NULL);
+    return;
+  }
+  if (!strcmp(s, "stopping")) {
+    if (runtime_down(ctx, r, &e) == 0) set_state(ctx, r->id, "stopped", s, NULL, &e);
+  } else if (!strcmp(s, "starting")) {
+    if (alive) set_state(ctx, r->id, "running", s, NULL, &e);
+    else if (runtime_down(ctx, r, &e) == 0) set_state(ctx, r->id, "stopped", s, NULL, &e);
+  } else if (!strcmp(s, "restoring")) {
+    if (alive) {
+      set_state(ctx, r->id, "running", s, NULL, &e);
+    } else if (runtime_down(ctx, r, &e) == 0) {
+      slot_release(ctx, r);
+      set_state(ctx, r->id, "suspended", s, NULL, &e);
+    }
+  } else if (!strcmp(s, "suspending")) {
+    if (alive) save_history(ctx, r);
+    if (runtime_down(ctx, r, &e) == 0) {
+      slot_release(ctx, r);
+      set_state(ctx, r->id, "suspended", s, NULL, &e);
+    }
+  } else if (!strcmp(s, "stopped") || !strcmp(s, "suspended") || !strcmp(s, "error")) {
+    /* Nothing may run: make sure of it (a crash between steps). */
+    runtime_down(ctx, r, &e);
+    if (strcmp(s, "stopped")) slot_release(ctx, r);
+    return;
+  }
+  if (e.msg[0]) hutch_log(LOG_ERROR, "sandbox.reconcile_failed", "id", r->id, "reason", e.msg, NULL);
+  else hutch_log(LOG_WARN, "sandbox.reconciled", "id", r->id, "was", s, NULL);
+}

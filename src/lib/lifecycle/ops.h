@@ -1,0 +1,42 @@
+/* Lifecycle operations on one sandbox, run by the workers of daemon.c, one
+ * at a time per sandbox (docs/lifecycle.md).
+ *
+ * Each operation first records its intent (the transitional state), then
+ * acts in idempotent steps, then records the result; a crash anywhere is
+ * reconciled at the next start (hutch_ops_reconcile).  Fault points
+ * (HUTCH_FAULT) sit between the steps. */
+#ifndef HUTCH_OPS_H
+#define HUTCH_OPS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "common/err.h"
+#include "lifecycle/daemon.h"
+#include "store/db.h"
+
+/* Run operation `kind` (create, pool_fill, delete, pause, resume, stop,
+ * start, suspend, restore, wake) on sandbox `sb_id`. */
+int hutch_ops_run(struct hutch_ctx *ctx, const char *kind, const char *sb_id, hutch_err *err);
+
+/* Whether `verb` fits a sandbox in `state`: 0 it does, 1 nothing to do
+ * (idempotent repeat), -1 it does not (err: 409 naming the state). */
+int hutch_ops_fit(const char *verb, const char *state, const char *sb_id, hutch_err *err);
+
+/* Bring one sandbox found at start-up in line with the host. */
+void hutch_ops_reconcile(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r);
+
+/* The shim of a running or paused sandbox died: mark it `error`, release
+ * its runtime resources, keep its files. */
+void hutch_ops_shim_lost(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r);
+
+/* Is `pid` the shim of sandbox `id`?  (Guards against pid reuse.) */
+bool hutch_is_shim_of(pid_t pid, const char *id);
+
+/* Release everything a sandbox holds on this host, files included.
+ * Idempotent. */
+int hutch_ops_release_all(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, hutch_err *err);
+
+void hutch_hostname_for(const char *id, char out[64]);
+
+#endif
