@@ -73,7 +73,8 @@ typedef struct hutch_global_args {
 } hutch_global_args;
 int hutch_parse_global_args(int argc, char **argv, hutch_global_args *g, hutch_err *err);
 
-/* hutch create: body is the POST /v1/sandboxes request. */
+/* hutch create: body is the POST /v1/sandboxes request (--on-timeout sets
+ * "on_timeout": "delete" or "suspend"). */
 typedef struct hutch_create_args {
   json_t *body;
   bool wait;
@@ -170,6 +171,13 @@ typedef struct hutch_ids_args {
 } hutch_ids_args;
 int hutch_parse_get_args(int argc, char **argv, hutch_ids_args *a, hutch_err *err);
 int hutch_parse_rm_args(int argc, char **argv, hutch_ids_args *a, hutch_err *err);
+/* hutch pause|resume|stop|start|suspend|restore|wake [--no-wait] [--json]
+ * ID...: argv[0] is the verb.  Same shape as rm. */
+int hutch_parse_lifecycle_args(int argc, char **argv, hutch_ids_args *a, hutch_err *err);
+/* The lifecycle verbs, NULL-terminated, in the order of docs/api.md; each is
+ * also the last path segment of POST /v1/sandboxes/{id}/{verb}. */
+extern const char *const hutch_lifecycle_verbs[];
+bool hutch_is_lifecycle_verb(const char *name);
 /* Verbs that take exactly one sandbox ID (ps, metrics); `verb` names it in
  * messages. */
 int hutch_parse_one_id_args(const char *verb, int argc, char **argv, hutch_ids_args *a,

@@ -32,6 +32,8 @@ int hutch_cmd_create(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_ls(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_get(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_rm(hutch_cli *cli, int argc, char **argv);
+/* pause, resume, stop, start, suspend, restore, wake (argv[0] says which). */
+int hutch_cmd_lifecycle(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_exec(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_run(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_shell(hutch_cli *cli, int argc, char **argv);

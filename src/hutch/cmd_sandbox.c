@@ -8,7 +8,8 @@
 
 static const char create_usage[] =
     "usage: hutch create [--template T] [--runtime R] [--cpus N] [--memory MIB] [--pids N]\n"
-    "                    [--env K=V]... [--label K=V]... [--timeout SECONDS] [--no-wait]\n";
+    "                    [--env K=V]... [--label K=V]... [--timeout SECONDS]\n"
+    "                    [--on-timeout delete|suspend] [--no-wait]\n";
 static const char create_help[] =
     "usage: hutch create [OPTIONS]\n"
     "Create a sandbox, wait until it is running and print its id.\n"
@@ -20,7 +21,8 @@ static const char create_help[] =
     "  --pids N            process limit (default 256)\n"
     "  --env K=V           environment variable for commands (repeatable)\n"
     "  --label K=V         label (repeatable)\n"
-    "  --timeout SECONDS   delete the sandbox after this long\n"
+    "  --timeout SECONDS   the sandbox expires after this long\n"
+    "  --on-timeout WHAT   on expiry: delete (the default) or suspend it\n"
     "  --no-wait           return once hutchd accepted the request\n"
     "  --json              print hutchd's reply\n";
 
@@ -188,8 +190,8 @@ out:
 static const char timeout_usage[] = "usage: hutch timeout [--json] ID SECONDS\n";
 static const char timeout_help[] =
     "usage: hutch timeout [--json] ID SECONDS\n"
-    "Make the sandbox expire SECONDS from now (it is deleted then) and print\n"
-    "the new expiry time.\n";
+    "Make the sandbox expire SECONDS from now and print the new expiry time.\n"
+    "It is deleted then, or suspended if it was created with --on-timeout suspend.\n";
 
 static const char metrics_usage[] = "usage: hutch metrics [--json] ID\n";
 static const char metrics_help[] =

@@ -22,6 +22,14 @@ static const char help[] =
     "  ls         list sandboxes\n"
     "  get ID     show a sandbox\n"
     "  rm ID...   delete sandboxes\n"
+    "  pause      freeze sandboxes; their processes keep their memory\n"
+    "  resume     continue paused sandboxes\n"
+    "  stop       end sandboxes' processes, keeping their files\n"
+    "  start      boot stopped sandboxes again\n"
+    "  suspend    save sandboxes and release their processes and resources\n"
+    "  restore    start suspended sandboxes again\n"
+    "  wake       resume, restore or start sandboxes, whichever applies\n"
+    "             (these seven take ID..., wait unless --no-wait, print ID STATE)\n"
     "  exec       run a command in a sandbox, streaming its output (-i, -t, -d)\n"
     "  shell ID   an interactive shell in a sandbox\n"
     "  attach     stream the output of a running or finished command\n"
@@ -63,7 +71,10 @@ static const struct verb verbs[] = {
     {"attach", hutch_cmd_attach}, {"ps", hutch_cmd_ps},
     {"kill", hutch_cmd_kill},     {"cp", hutch_cmd_cp},
     {"timeout", hutch_cmd_timeout}, {"metrics", hutch_cmd_metrics},
-    {NULL, NULL},
+    {"pause", hutch_cmd_lifecycle}, {"resume", hutch_cmd_lifecycle},
+    {"stop", hutch_cmd_lifecycle},  {"start", hutch_cmd_lifecycle},
+    {"suspend", hutch_cmd_lifecycle}, {"restore", hutch_cmd_lifecycle},
+    {"wake", hutch_cmd_lifecycle},  {NULL, NULL},
 };
 
 static const char *env_nonempty(const char *name) {

@@ -183,6 +183,24 @@ static void test_create(void) {
   ok(!a.wait && a.json, "create: --no-wait --json");
   hutch_create_args_free(&a);
 
+  ok(PARSE(hutch_parse_create_args, &a, "create", "--timeout", "60", "--on-timeout",
+           "suspend") == 0,
+     "create: --on-timeout suspend");
+  is_str(dump(a.body), "{\"timeout_s\":60,\"on_timeout\":\"suspend\"}",
+         "create: on_timeout in body");
+  hutch_create_args_free(&a);
+  ok(PARSE(hutch_parse_create_args, &a, "create", "--on-timeout=delete") == 0,
+     "create: --on-timeout=delete");
+  is_str(dump(a.body), "{\"on_timeout\":\"delete\"}", "create: on_timeout delete");
+  hutch_create_args_free(&a);
+  ok(PARSE(hutch_parse_create_args, &a, "create", "--on-timeout", "stop") < 0,
+     "create: --on-timeout stop rejected");
+  is_str(err.msg, "--on-timeout `stop`: expected delete or suspend", "create: on-timeout message");
+  hutch_create_args_free(&a);
+  ok(PARSE(hutch_parse_create_args, &a, "create", "--on-timeout") < 0,
+     "create: --on-timeout needs a value");
+  hutch_create_args_free(&a);
+
   ok(PARSE(hutch_parse_create_args, &a, "create", "--cpus", "2") == 0, "create: --cpus 2");
   is_str(dump(a.body), "{\"resources\":{\"cpus\":2}}", "create: whole cpus is an integer");
   hutch_create_args_free(&a);
@@ -190,7 +208,8 @@ static void test_create(void) {
   const char *bad[][3] = {{"--cpus", "many", NULL},  {"--memory", "1G", NULL},
                           {"--template", "", NULL},  {"--label", "=a", NULL},
                           {"--env", "A", NULL},      {"stray", NULL, NULL},
-                          {"--timeout", "-5", NULL}, {"--cwd", "/x", NULL}};
+                          {"--timeout", "-5", NULL}, {"--cwd", "/x", NULL},
+                          {"--on-timeout", "", NULL}, {"--on-timeout", "Suspend", NULL}};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char *av[] = {"create", (char *)bad[i][0], (char *)bad[i][1], NULL};
     ok(hutch_parse_create_args(bad[i][1] ? 3 : 2, av, &a, &err) < 0, "create: %s %s rejected",
@@ -643,6 +662,64 @@ static void test_small_verbs(void) {
   ok(PARSE(hutch_parse_plain_args, &pl, "health", "x") < 0, "health: no positional");
 }
 
+static void test_lifecycle(void) {
+  hutch_err err = HUTCH_ERR_INIT;
+  hutch_ids_args ids;
+  static const char *const verbs[] = {"pause",   "resume",  "stop", "start",
+                                      "suspend", "restore", "wake"};
+  for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++) {
+    ok(hutch_is_lifecycle_verb(verbs[i]), "lifecycle: %s is a verb", verbs[i]);
+    is_str(hutch_lifecycle_verbs[i], verbs[i], "lifecycle: verb %zu is %s", i, verbs[i]);
+    char *av[] = {(char *)verbs[i], "sb_a", NULL};
+    ok(hutch_parse_lifecycle_args(2, av, &ids, &err) == 0, "lifecycle: %s ID", verbs[i]);
+    ok(ids.nids == 1 && ids.wait && !ids.json && !ids.help, "lifecycle: %s waits by default",
+       verbs[i]);
+    is_str(ids.ids[0], "sb_a", "lifecycle: %s id", verbs[i]);
+    hutch_ids_args_free(&ids);
+  }
+  ok(hutch_lifecycle_verbs[7] == NULL, "lifecycle: seven verbs");
+  ok(!hutch_is_lifecycle_verb("rm") && !hutch_is_lifecycle_verb("Pause") &&
+         !hutch_is_lifecycle_verb(""),
+     "lifecycle: other words are not verbs");
+
+  ok(PARSE(hutch_parse_lifecycle_args, &ids, "pause", "a", "--no-wait", "b", "--json", "c") == 0,
+     "lifecycle: ids and options mixed");
+  ok(ids.nids == 3 && !ids.wait && ids.json, "lifecycle: three ids, --no-wait, --json");
+  is_str(ids.ids[0], "a", "lifecycle: first id");
+  is_str(ids.ids[2], "c", "lifecycle: third id");
+  hutch_ids_args_free(&ids);
+  ok(PARSE(hutch_parse_lifecycle_args, &ids, "stop", "--", "--odd") == 0 && ids.nids == 1,
+     "lifecycle: -- then an id that looks like an option");
+  is_str(ids.ids[0], "--odd", "lifecycle: id after --");
+  hutch_ids_args_free(&ids);
+  ok(PARSE(hutch_parse_lifecycle_args, &ids, "wake", "--help") == 0 && ids.help,
+     "lifecycle: --help without an id");
+  hutch_ids_args_free(&ids);
+  ok(PARSE(hutch_parse_lifecycle_args, &ids, "wake", "-h", "x") == 0 && ids.help,
+     "lifecycle: -h");
+  hutch_ids_args_free(&ids);
+
+  ok(PARSE(hutch_parse_lifecycle_args, &ids, "pause") < 0, "lifecycle: no id");
+  is_str(err.msg, "missing sandbox ID", "lifecycle: no id message");
+  hutch_ids_args_free(&ids);
+  ok(PARSE(hutch_parse_lifecycle_args, &ids, "pause", "--no-wait", "--json") < 0,
+     "lifecycle: options but no id");
+  hutch_ids_args_free(&ids);
+  ok(PARSE(hutch_parse_lifecycle_args, &ids, "resume", "") < 0, "lifecycle: empty id");
+  is_str(err.msg, "empty sandbox ID", "lifecycle: empty id message");
+  hutch_ids_args_free(&ids);
+  ok(PARSE(hutch_parse_lifecycle_args, &ids, "stop", "a", "--force") < 0,
+     "lifecycle: unknown option");
+  is_str(err.msg, "unknown option `--force`", "lifecycle: unknown option message");
+  hutch_ids_args_free(&ids);
+  ok(PARSE(hutch_parse_lifecycle_args, &ids, "start", "a", "--no-wait=1") < 0,
+     "lifecycle: --no-wait takes no value");
+  hutch_ids_args_free(&ids);
+  ok(PARSE(hutch_parse_lifecycle_args, &ids, "suspend", "a", "--timeout", "5") < 0,
+     "lifecycle: no create options");
+  hutch_ids_args_free(&ids);
+}
+
 int main(void) {
   test_argp();
   test_values();
@@ -655,6 +732,7 @@ int main(void) {
   test_wire();
   test_run();
   test_small_verbs();
+  test_lifecycle();
   dump(NULL);
   return done_testing();
 }
