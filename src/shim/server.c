@@ -65,6 +65,7 @@ struct cmd {
   int spawn_client;
   uint32_t spawn_req;
   bool had_primary;
+  bool abandoned; /* FLOW command whose primary reader left: read freely now */
 };
 
 struct attach {
@@ -278,6 +279,9 @@ static void update_credit(int ci_cmd) {
   for (int a = 0; a < MAX_ATTACH; a++)
     if (attaches[a].used && attaches[a].cmd == ci_cmd && attaches[a].primary)
       consumed = attaches[a].cur[0] + attaches[a].cur[1];
+  /* Once its reader left (and the command was killed), nobody paces it any
+   * more: let init drain the pipes so the exit can be reported. */
+  if (c->abandoned) consumed = c->ring[0].end + c->ring[1].end + 4 * (uint64_t)C->ring_bytes;
   uint64_t target = consumed + C->ring_bytes;
   if (target > c->credit) {
     uint64_t grant = target - c->credit;
@@ -305,7 +309,10 @@ static void release_attach(int a) {
   /* A FLOW command lives for its primary reader (a sync exec, a tar
    * download): when that reader goes away early, the command is killed
    * rather than left blocked on a full pipe forever. */
-  if (at->primary && c->used && !c->exited) signal_cmd(c, SIGKILL);
+  if (at->primary && c->used && !c->exited) {
+    signal_cmd(c, SIGKILL);
+    c->abandoned = true;
+  }
   at->used = false;
 }
 

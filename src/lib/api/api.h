@@ -72,6 +72,10 @@ const char *hutch_api_query(struct hutch_req *req, const char *key);
 bool hutch_api_query_clean(struct hutch_req *req, const char *key, const char **out);
 /* Every value of a repeated query key; returns the count (at most max). */
 size_t hutch_api_query_all(struct hutch_req *req, const char *key, const char **out, size_t max);
+/* The client's socket, for streams that must notice a client that left
+ * while they wait for data (MHD only learns it from a failed write). */
+int hutch_api_client_fd(struct hutch_req *req);
+bool hutch_api_peer_gone(int fd);
 /* ?wait=true|1 */
 bool hutch_api_wait(struct hutch_req *req);
 /* Parse the body as a JSON object (400 on anything else). */

@@ -450,6 +450,8 @@ void hutch_h_cmd_wait(struct hutch_req *req, struct hutch_resp *resp) {
 
 struct attach_stream {
   struct hutch_shim_conn c;
+  int client_fd;
+  uint64_t last_out_us;
   struct hutch_buf line; /* pending output not yet handed to MHD */
   size_t off;
   bool done;
@@ -525,15 +527,20 @@ static ssize_t attach_read(void *cls, uint64_t pos, char *buf, size_t max) {
     hutch_buf_reset(&a->line);
     a->off = 0;
     if (a->done) return HUTCH_STREAM_END;
-    /* A silent command still gets a line every 15 s, so a client that went
-     * away is noticed (MHD learns it only from a failed write). */
+    /* While waiting, watch the client too: a lossless command is blocked
+     * until its reader reads, and must be ended when that reader leaves. */
     struct pollfd pf = {.fd = a->c.fd, .events = POLLIN};
-    int pr = poll(&pf, 1, 15000);
+    int pr = poll(&pf, 1, 1000);
     if (pr < 0 && errno == EINTR) continue;
     if (pr == 0) {
-      hutch_buf_append(&a->line, "{\"type\":\"keepalive\"}\n", 21);
+      if (hutch_api_peer_gone(a->client_fd)) return HUTCH_STREAM_ERROR;
+      if (mono_us() - a->last_out_us >= 15000000u) {
+        hutch_buf_append(&a->line, "{\"type\":\"keepalive\"}\n", 21);
+        a->last_out_us = mono_us();
+      }
       continue;
     }
+    a->last_out_us = mono_us();
     struct hutch_frame_hdr h;
     hutch_err err = HUTCH_ERR_INIT;
     if (hutch_shim_conn_read(&a->c, &h, &err) <= 0) return HUTCH_STREAM_ERROR;
@@ -561,6 +568,8 @@ void hutch_h_cmd_attach(struct hutch_req *req, struct hutch_resp *resp) {
   const char *rp = hutch_api_query(req, "replay");
   bool replay = !rp || strcmp(rp, "false");
   struct attach_stream *a = xcalloc(1, sizeof *a);
+  a->client_fd = hutch_api_client_fd(req);
+  a->last_out_us = mono_us();
   if (!open_shim(req, resp, &a->c, 0)) {
     free(a);
     return;

@@ -38,11 +38,6 @@ static unsigned keepalive_s(void) {
   return DEFAULT_KEEPALIVE_S;
 }
 
-static bool peer_gone(int fd) {
-  if (fd < 0) return false;
-  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
-}
 
 static void set_frame(struct sse *s, char *text) {
   free(s->frame);
@@ -54,7 +49,7 @@ static void set_frame(struct sse *s, char *text) {
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
   struct sse *s = cls;
   while (s->frame_off == s->frame_len) {
-    if (peer_gone(s->fd)) return HUTCH_STREAM_ERROR;
+    if (hutch_api_peer_gone(s->fd)) return HUTCH_STREAM_ERROR;
     uint64_t now = mono_us(), due = s->last_out_us + s->keepalive_us;
     if (now >= due) {
       set_frame(s, xstrdup(": keep-alive\n\n"));
@@ -109,9 +104,7 @@ void hutch_h_events(struct hutch_req *req, struct hutch_resp *resp) {
   }
   struct sse *s = xcalloc(1, sizeof *s);
   s->sub = sub;
-  const union MHD_ConnectionInfo *ci =
-      req->conn ? MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
-  s->fd = ci ? ci->connect_fd : -1;
+  s->fd = hutch_api_client_fd(req);
   s->keepalive_us = (uint64_t)keepalive_s() * 1000000u;
   s->last_out_us = mono_us();
   /* Sent at once, so the client sees the headers and knows it is subscribed. */

@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +91,18 @@ size_t hutch_api_query_all(struct hutch_req *req, const char *key, const char **
   struct query_iter it = {key, out, max, 0};
   MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, collect_query, &it);
   return it.n;
+}
+
+int hutch_api_client_fd(struct hutch_req *req) {
+  const union MHD_ConnectionInfo *ci =
+      req->conn ? MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+  return ci ? ci->connect_fd : -1;
+}
+
+bool hutch_api_peer_gone(int fd) {
+  if (fd < 0) return false;
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
 bool hutch_api_wait(struct hutch_req *req) {
