@@ -452,3 +452,276 @@ def safe_rmtree(path):
         except OSError:
             return False
     return False
+
+
+# -- lifecycle: what one sandbox holds on the host (docs/lifecycle.md) -----------
+#
+# The states table of docs/lifecycle.md, as host resources a leak snapshot
+# sees.  "gone" is a deleted (or rolled-back) sandbox.
+
+_LIVE = dict(cgroups=True, socket=True, processes=True, uid_claim=True, dir=True, row=True)
+SANDBOX_FOOTPRINT = {
+    "running": dict(_LIVE),
+    "paused": dict(_LIVE),
+    "stopped": dict(cgroups=False, socket=False, processes=False, uid_claim=True, dir=True, row=True),
+    "suspended": dict(cgroups=False, socket=False, processes=False, uid_claim=False, dir=True, row=True),
+    "error": dict(cgroups=False, socket=False, processes=False, uid_claim=False, dir=True, row=True),
+    "gone": dict(cgroups=False, socket=False, processes=False, uid_claim=False, dir=False, row=False),
+}
+
+
+def db_rows(data_dir, table="sandboxes"):
+    """{id: row dict} of a table of state.db, read-only ({} if missing)."""
+    p = os.path.join(data_dir, "state.db")
+    if not os.path.exists(p):
+        return {}
+    con = sqlite3.connect("file:%s?mode=ro" % p, uri=True, timeout=10)
+    try:
+        con.row_factory = sqlite3.Row
+        return {r["id"]: dict(r) for r in con.execute("SELECT * FROM %s" % table)}
+    finally:
+        con.close()
+
+
+def db_unfinished_operations(data_dir):
+    """Operation rows still `pending` or `running`."""
+    return sorted((o["id"], o["kind"], o["sandbox_id"], o["state"])
+                  for o in db_rows(data_dir, "operations").values()
+                  if o["state"] in ("pending", "running"))
+
+
+def _ancestors(pid, parents):
+    out, p = [], parents.get(pid)
+    for _ in range(64):
+        if p is None or p <= 1:
+            break
+        out.append(p)
+        p = parents.get(p)
+    return out
+
+
+def sandbox_processes(d, sid, procs=None):
+    """{pid: description} of instance `d`'s processes that belong to sandbox
+    `sid`: its shim (the command line names the id), everything in its
+    cgroups, and their descendants."""
+    procs = instance_processes(d) if procs is None else procs
+    roots = set()
+    for pid in procs:
+        if sid in " ".join(proc_cmdline(pid) or []):
+            roots.add(pid)
+    for cg in sandbox_cgroup_dirs_existing(d.instance, sid):
+        roots |= cgroup_procs(cg)
+    parents = {}
+    for pid in all_pids():
+        pp = proc_ppid(pid)
+        if pp is not None:
+            parents[pid] = pp
+    return {pid: desc for pid, desc in procs.items()
+            if pid in roots or any(a in roots for a in _ancestors(pid, parents))}
+
+
+def sandbox_uid_claims(d, sid):
+    return [c for c in uid_claims(d.data_dir) if c.split()[-1] == sid]
+
+
+def sandbox_frozen(d, sid):
+    """True/False: the sandbox's freezer cgroup is frozen; None: no cgroup."""
+    if (d.health or {}).get("cgroup") == "v2":
+        ev = read_file("/sys/fs/cgroup/hutch-%s/%s/cgroup.events" % (d.instance, sid))
+        if ev is None:
+            return None
+        return "frozen 1" in ev.splitlines()
+    st = read_file("/sys/fs/cgroup/freezer/hutch-%s/%s/freezer.state" % (d.instance, sid))
+    if st is None:
+        return None
+    return st.strip() == "FROZEN"
+
+
+def sandbox_cpu_usage_usec(d, sid):
+    """CPU time of the sandbox's cgroup read on the host (µs), or None."""
+    if (d.health or {}).get("cgroup") == "v2":
+        st = read_file("/sys/fs/cgroup/hutch-%s/%s/cpu.stat" % (d.instance, sid))
+        for line in (st or "").splitlines():
+            k, _, v = line.partition(" ")
+            if k == "usage_usec":
+                return int(v)
+        return None
+    for ctrl in ("cpuacct", "cpu,cpuacct", "cpu"):
+        u = read_file("/sys/fs/cgroup/%s/hutch-%s/%s/cpuacct.usage" % (ctrl, d.instance, sid))
+        if u:
+            return int(u) // 1000
+    return None
+
+
+def sandbox_footprint(d, sid, procs=None):
+    """What sandbox `sid` of instance `d` holds on the host right now."""
+    fp = {}
+    fp["cgroups"] = sandbox_cgroup_dirs_existing(d.instance, sid)
+    run = []
+    for dirpath, dirnames, files in os.walk(d.run_dir):
+        for n in dirnames + files:
+            rel = os.path.relpath(os.path.join(dirpath, n), d.run_dir)
+            if sid in rel:
+                run.append(rel)
+    fp["socket"] = sorted(run)
+    fp["processes"] = sorted("%d %s" % kv for kv in sandbox_processes(d, sid, procs).items())
+    fp["uid_claim"] = sandbox_uid_claims(d, sid)
+    fp["dir"] = os.path.isdir(os.path.join(d.data_dir, "sandboxes", sid))
+    row = db_rows(d.data_dir).get(sid)
+    fp["row"] = row is not None
+    fp["row_state"] = row["state"] if row else None
+    fp["frozen"] = sandbox_frozen(d, sid)
+    fp["mounts"] = mounts_under([os.path.join(d.data_dir, "sandboxes", sid)])
+    return fp
+
+
+def footprint_problems(fp, state, files_optional=False):
+    """Differences between footprint `fp` and what docs/lifecycle.md says a
+    sandbox in `state` holds (empty list: it matches).  `files_optional`:
+    the sandbox directory may or may not be there (a delete that failed
+    half-way may already have removed the files it was asked to remove)."""
+    want = dict(SANDBOX_FOOTPRINT[state])
+    if files_optional:
+        want["dir"] = fp["dir"]
+    bad = []
+    for k in ("cgroups", "socket", "processes", "uid_claim"):
+        if bool(fp[k]) != want[k]:
+            bad.append("%s: %s expected, found %r" % (k, "some" if want[k] else "none", fp[k]))
+    if fp["dir"] != want["dir"]:
+        bad.append("sandbox directory: expected %s" % ("present" if want["dir"] else "absent"))
+    if fp["row"] != want["row"]:
+        bad.append("database row: expected %s, found %r" % ("present" if want["row"] else "absent",
+                                                            fp["row_state"]))
+    if want["row"] and fp["row_state"] != state:
+        bad.append("database row state %r, expected %r" % (fp["row_state"], state))
+    if state == "paused" and fp["frozen"] is not True:
+        bad.append("paused but the freezer cgroup is not frozen (%r)" % fp["frozen"])
+    if state == "running" and fp["frozen"] is not False:
+        bad.append("running but the freezer cgroup is frozen or missing (%r)" % fp["frozen"])
+    if state in ("stopped", "suspended", "error", "gone") and fp["mounts"]:
+        bad.append("mounts left on the host: %r" % fp["mounts"])
+    return bad
+
+
+def snapshot_excluding(d, sids):
+    """The leak snapshot of instance `d` without anything that belongs to
+    the sandboxes `sids` (their state is checked by footprint instead)."""
+    sids = list(sids)
+    procs = instance_processes(d)
+    theirs = set()
+    for sid in sids:
+        theirs |= set(sandbox_processes(d, sid, procs))
+    s = snapshot(d)
+
+    def mine(x):
+        return not any(sid in x for sid in sids)
+
+    s["cgroups"] = [c for c in s["cgroups"] if not any(sid in c.split("/") for sid in sids)]
+    s["sandbox_dirs"] = [x for x in s["sandbox_dirs"] if x not in sids]
+    s["run_dir"] = [x for x in s["run_dir"] if mine(x)]
+    s["processes"] = [x for x in s["processes"] if int(x.split(" ", 1)[0]) not in theirs]
+    s["mounts"] = [x for x in s["mounts"] if mine(x)]
+    s["loop_devices"] = [x for x in s["loop_devices"] if mine(x)]
+    if isinstance(s["api_sandboxes"], list):
+        s["api_sandboxes"] = [x for x in s["api_sandboxes"] if x not in sids]
+    try:
+        s["db_sandbox_rows"] = len([k for k in db_rows(d.data_dir) if k not in sids])
+    except sqlite3.Error as e:
+        s["db_sandbox_rows"] = "error:%s" % e
+    s["uid_claims"] = [c for c in s["uid_claims"] if c.split()[-1] not in sids]
+    return s
+
+
+def assert_host_state(d, base, expected, timeout=5.0, files_optional=()):
+    """Asserts, allowing `timeout` seconds for asynchronous exits, that the
+    host holds exactly `base` (a snapshot_excluding(d, expected) taken
+    earlier) plus, for each sandbox id in `expected`, what its state
+    ({sid: state}, 'gone' for deleted) holds per docs/lifecycle.md.
+    Returns {sid: footprint}."""
+    sids = list(expected)
+
+    def check():
+        rest = snapshot_excluding(d, sids)
+        procs = instance_processes(d)
+        fps = {sid: sandbox_footprint(d, sid, procs) for sid in sids}
+        problems = []
+        if rest != base:
+            problems.append("other host resources changed (now vs base):\n" + snapshot_diff(base, rest))
+        for sid, st in expected.items():
+            for p in footprint_problems(fps[sid], st, sid in files_optional):
+                problems.append("%s (%s): %s" % (sid, st, p))
+        return problems, fps
+
+    last = [None]
+
+    def ok():
+        last[0] = check()
+        return not last[0][0]
+
+    wait_until(ok, timeout, interval=0.1)
+    probs, fps = last[0]
+    assert not probs, "host resources do not match the expected states %r:\n%s" % (
+        expected, "\n".join(probs))
+    return fps
+
+
+def find_sandbox_file(d, sid, name):
+    """Paths on the host below DATA/sandboxes/<sid> whose base name is
+    `name` (a file written inside the sandbox lands in its writable layer),
+    without crossing mount points."""
+    top = os.path.join(d.data_dir, "sandboxes", sid)
+    out = []
+    for dirpath, dirnames, files in os.walk(top):
+        dirnames[:] = [x for x in dirnames if not os.path.ismount(os.path.join(dirpath, x))]
+        if name in files:
+            out.append(os.path.join(dirpath, name))
+    return out
+
+
+def simulate_host_reboot(d):
+    """What a host reboot does to instance `d` (hutchd must be stopped):
+    every process of the instance ends, its cgroups go, the run directory
+    (tmpfs /run) is emptied and its uid range claims (in /run/hutch/uids)
+    are gone.  The data directory stays.  Only this instance is touched."""
+    assert not d.alive(), "stop hutchd before simulating a reboot"
+    for _ in range(3):
+        victims = set(instance_processes(d))
+        victims.discard(os.getpid())
+        if not victims:
+            break
+        for pid in victims:
+            kill_pid(pid)
+        wait_until(lambda: not any(proc_alive(p) for p in victims), 5)
+    assert not instance_processes(d), "instance processes survived SIGKILL: %r" % instance_processes(d)
+    for parent in instance_cgroup_parents(d.instance):
+        for dirpath, _, _ in sorted(os.walk(parent), key=lambda t: -len(t[0])):
+            def rm(p=dirpath):
+                try:
+                    os.rmdir(p)
+                    return True
+                except FileNotFoundError:
+                    return True
+                except OSError:
+                    return False
+            wait_until(rm, 3)
+    for mp in sorted({m.split(" ")[0] for m in mounts_under([d.data_dir, d.run_dir])},
+                     key=lambda p: p.count("/"), reverse=True):
+        umount_lazy(mp)
+    for n in os.listdir(d.run_dir):
+        p = os.path.join(d.run_dir, n)
+        if os.path.isdir(p) and not os.path.islink(p):
+            safe_rmtree(p)
+        else:
+            os.unlink(p)
+    real = os.path.realpath(d.data_dir)
+    try:
+        names = os.listdir(UID_LOCK_DIR)
+    except FileNotFoundError:
+        names = []
+    for n in names:
+        c = read_file(os.path.join(UID_LOCK_DIR, n)) or ""
+        if c.split(" ", 1)[0] == real:
+            try:
+                os.unlink(os.path.join(UID_LOCK_DIR, n))
+            except FileNotFoundError:
+                pass

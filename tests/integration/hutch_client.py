@@ -526,3 +526,99 @@ class AttachStream:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# -- lifecycle (docs/api.md "Lifecycle", docs/lifecycle.md) ----------------------
+#
+# Added as Client methods from here (this file is extended append-only).
+
+LIFECYCLE_VERBS = ("pause", "resume", "stop", "start", "suspend", "restore", "wake")
+STABLE_STATES = ("running", "paused", "stopped", "suspended", "error")
+TRANSITIONAL_STATES = ("accepted", "creating", "pausing", "resuming", "stopping", "starting",
+                       "suspending", "restoring", "deleting")
+
+
+def _lifecycle(self, sid, verb, wait=False, timeout=None, body=None):
+    """POST /v1/sandboxes/{id}/{verb}[?wait=true] (no body unless given)."""
+    path = "/v1/sandboxes/%s/%s%s" % (sid, verb, "?wait=true" if wait else "")
+    if body is None:
+        return self.raw("POST", path, None, timeout=timeout or max(self.timeout, 150))
+    return self.request("POST", path, body, timeout=timeout or max(self.timeout, 150))
+
+
+def _lifecycle_ok(self, sid, verb, expect_state=None, timeout=None):
+    """`verb` with ?wait=true; asserts 200 and the sandbox object in
+    `expect_state` (default: the verb's documented target); returns it."""
+    target = {"pause": "paused", "resume": "running", "stop": "stopped", "start": "running",
+              "suspend": "suspended", "restore": "running", "wake": "running"}[verb]
+    expect_state = expect_state or target
+    r = _lifecycle(self, sid, verb, wait=True, timeout=timeout)
+    assert r.status == 200, "%s %s ?wait=true: %r" % (verb, sid, r)
+    assert isinstance(r.json, dict) and r.json.get("id") == sid, "%s: not the sandbox object: %r" % (verb, r)
+    assert r.json.get("state") == expect_state, "%s: expected state %r: %r" % (verb, expect_state, r)
+    return r.json
+
+
+def _state_of(self, sid):
+    """The sandbox's state, or 'gone' (404); raises on anything else."""
+    r = self.get(sid)
+    if r.status == 404:
+        return "gone"
+    assert r.status == 200 and isinstance(r.json, dict), "GET %s: %r" % (sid, r)
+    return r.json["state"]
+
+
+def _wait_state(self, sid, states, timeout=30, interval=0.05):
+    """Poll GET until the state is one of `states` ('gone' = 404); bounded.
+    Returns the sandbox object (or None for 'gone'); fails with the last one."""
+    import time as _t
+    states = (states,) if isinstance(states, str) else tuple(states)
+    deadline = _t.monotonic() + timeout
+    last = None
+    while True:
+        r = self.get(sid)
+        last = r
+        if r.status == 404 and "gone" in states:
+            return None
+        if r.status == 200 and isinstance(r.json, dict) and r.json.get("state") in states:
+            return r.json
+        if _t.monotonic() >= deadline:
+            raise AssertionError("sandbox %s not in %r within %ss; last: %r" % (sid, states, timeout, last))
+        _t.sleep(interval)
+
+
+def _wait_stable(self, sid, timeout=30):
+    """Wait until the sandbox is gone or in a stable (non-transitional)
+    state; returns that state ('gone' for 404)."""
+    sb = _wait_state(self, sid, STABLE_STATES + ("gone",), timeout=timeout)
+    return "gone" if sb is None else sb["state"]
+
+
+def _sandbox_metrics(self, sid):
+    return self.request("GET", "/v1/sandboxes/%s/metrics" % sid)
+
+
+def _op_ok(self, oid, timeout=60):
+    """Wait (bounded) for operation `oid` to end; returns its object."""
+    import time as _t
+    deadline = _t.monotonic() + timeout
+    while True:
+        left = max(0, int(deadline - _t.monotonic()))
+        o = self.operation(oid, wait=min(left, 30))
+        assert o.status == 200, "operation %s: %r" % (oid, o)
+        if o.json["state"] in ("succeeded", "failed") or left <= 0:
+            return o.json
+
+
+def _set_timeout(self, sid, timeout_s):
+    return self.request("POST", "/v1/sandboxes/%s/timeout" % sid, {"timeout_s": timeout_s})
+
+
+Client.lifecycle = _lifecycle
+Client.lifecycle_ok = _lifecycle_ok
+Client.state_of = _state_of
+Client.wait_state = _wait_state
+Client.wait_stable = _wait_stable
+Client.sandbox_metrics = _sandbox_metrics
+Client.wait_operation = _op_ok
+Client.set_timeout = _set_timeout

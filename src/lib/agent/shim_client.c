@@ -212,8 +212,12 @@ uint32_t hutch_shim_conn_send(struct hutch_shim_conn *c, uint16_t type, const vo
 int hutch_shim_conn_read(struct hutch_shim_conn *c, struct hutch_frame_hdr *h, hutch_err *err) {
   int r = hutch_frame_read(c->fd, h, &c->payload, err);
   if (r == 0) hutch_err_set(err, 503, "unavailable", "the sandbox's shim closed the connection (sandbox stopped?)");
-  if (r < 0 && err->errnum == EAGAIN)
+  else if (r < 0 && err->errnum == EAGAIN)
     hutch_err_set(err, 503, "unavailable", "the sandbox did not answer in time");
+  else if (r < 0) { /* reset or broken: the sandbox went away under us */
+    err->status = 503;
+    snprintf(err->code, sizeof err->code, "unavailable");
+  }
   return r;
 }
 

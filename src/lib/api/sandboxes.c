@@ -168,12 +168,14 @@ void hutch_h_sandbox_list(struct hutch_req *req, struct hutch_resp *resp) {
       hutch_api_errorf(resp, 400, "invalid_argument", "query `label`: expected key=value, got `%.100s`", labels[i]);
       return;
     }
-  static const char *const states[] = {"accepted", "creating", "running", "deleting", "error", NULL};
+  static const char *const states[] = {"accepted", "creating", "running", "paused", "stopped", "suspended",
+                                       "error", "pausing", "resuming", "stopping", "starting", "suspending",
+                                       "restoring", "deleting", NULL};
   bool known = !state || !*state;
   for (size_t i = 0; !known && states[i]; i++) known = !strcmp(state, states[i]);
   if (!known) {
     hutch_api_errorf(resp, 400, "invalid_argument",
-                     "query `state`: unknown state `%.64s` (accepted, creating, running, deleting, error)", state);
+                     "query `state`: unknown state `%.64s` (see docs/lifecycle.md)", state);
     return;
   }
   struct hutch_sandbox_rec *v;

@@ -667,8 +667,14 @@ static int v1_destroy(const char *instance, const char *id, hutch_err *err) {
 static int v1_freeze(const char *instance, const char *id, bool frozen, hutch_err *err) {
   cleanup_free char *dir = v1_dir(V1_FREEZER, instance, id);
   const char *want = frozen ? "FROZEN" : "THAWED";
-  if (cg_write(dir, "freezer.state", want, err) < 0) return -1;
-  if (v1_wait_state(dir, want, FREEZE_TIMEOUT_MS)) return 0;
+  /* The v1 freezer can stay in FREEZING when tasks fork while it works (a
+   * new child escapes the first pass): write the request again until it
+   * holds, as runc does. */
+  uint64_t deadline = mono_us() + (uint64_t)FREEZE_TIMEOUT_MS * 1000u;
+  do {
+    if (cg_write(dir, "freezer.state", want, err) < 0) return -1;
+    if (v1_wait_state(dir, want, 20)) return 0;
+  } while (mono_us() < deadline);
   /* Stuck in FREEZING (a task in uninterruptible sleep): back off. */
   if (frozen) cg_write_quiet(dir, "freezer.state", "THAWED");
   return hutch_err_sys(err, ETIMEDOUT, "%s `%s`", frozen ? "freeze" : "thaw", dir);

@@ -101,6 +101,26 @@ int hutch_uid_slot_claim(const char *lockdir, uint32_t first_base, uint32_t nslo
   return hutch_err_set(err, 503, "unavailable", "no free uid range (all %u slots are in use)", nslots);
 }
 
+int hutch_uid_slot_reclaim(const char *lockdir, uint32_t slot, const char *owner, hutch_err *err) {
+  if (mkdir_p(lockdir, 0700, err) < 0) return hutch_err_wrap(err, "uid slot directory");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%u", lockdir, slot);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    int r = write_full(fd, owner, strlen(owner));
+    close(fd);
+    if (r < 0) {
+      unlink(path);
+      return hutch_err_sys(err, errno, "write uid slot `%s`", path);
+    }
+    return 0;
+  }
+  if (errno != EEXIST) return hutch_err_sys(err, errno, "claim uid slot `%s`", path);
+  hutch_err e2 = HUTCH_ERR_INIT;
+  cleanup_free char *have = read_file(path, 8192, NULL, &e2);
+  return have && !strcmp(have, owner) ? 0 : 1;
+}
+
 int hutch_uid_slot_release(const char *lockdir, uint32_t slot, hutch_err *err) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%u", lockdir, slot);

@@ -39,5 +39,8 @@ int hutch_userns_idmapped_tree(const char *path, int userns_fd, uint64_t attr_se
 int hutch_uid_slot_claim(const char *lockdir, uint32_t first_base, uint32_t nslots, const char *owner,
                          uint32_t *slot_out, hutch_err *err);
 int hutch_uid_slot_release(const char *lockdir, uint32_t slot, hutch_err *err);
+/* Make sure `slot` is claimed by `owner` (after a reboot cleared the lock
+ * directory): 0 when it is ours now, 1 when someone else holds it. */
+int hutch_uid_slot_reclaim(const char *lockdir, uint32_t slot, const char *owner, hutch_err *err);
 
 #endif

@@ -90,8 +90,15 @@ static int build_spec(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, 
 /* ---- building blocks (each idempotent) ---------------------------------- */
 
 static int slot_claim(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
-  if (r->uid_slot >= 0) return 0;
   cleanup_free char *owner = xasprintf("%s %s\n", ctx->cfg.data_dir, r->id);
+  if (r->uid_slot >= 0) {
+    /* Held in the database; after a reboot the host-wide claim may be gone
+     * (or taken): claim it again, or take another range (files hold storage
+     * ids, so any range works). */
+    int rc = hutch_uid_slot_reclaim(ctx->cfg.uid_lock_dir, (uint32_t)r->uid_slot, owner, err);
+    if (rc <= 0) return rc;
+    r->uid_slot = -1;
+  }
   uint32_t slot;
   if (hutch_uid_slot_claim(ctx->cfg.uid_lock_dir, ctx->cfg.uid_first, ctx->cfg.uid_slots, owner, &slot, err) < 0)
     return -1;
@@ -312,6 +319,10 @@ static int do_delete(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_e
 fail:
   hutch_err_wrap(err, "delete sandbox %s", id);
   hutch_err e2 = HUTCH_ERR_INIT;
+  /* `error` holds no runtime resources (docs/lifecycle.md); files that are
+   * left stay until a delete succeeds. */
+  runtime_down(ctx, r, &e2);
+  slot_release(ctx, r);
   set_state(ctx, id, "error", "deleting", err->msg, &e2);
   return -1;
 }
@@ -349,7 +360,9 @@ static int do_resume(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_e
 fail:
   hutch_err_wrap(err, "resume sandbox %s", r->id);
   hutch_err e2 = HUTCH_ERR_INIT;
-  set_state(ctx, r->id, "paused", "resuming", NULL, &e2);
+  /* The state must say what the freezer does: freeze again, or admit it runs. */
+  if (freeze(ctx, r, true, &e2) == 0) set_state(ctx, r->id, "paused", "resuming", NULL, &e2);
+  else set_state(ctx, r->id, "running", "resuming", NULL, &e2);
   return -1;
 }
 
@@ -526,9 +539,11 @@ void hutch_ops_reconcile(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r) {
       set_state(ctx, r->id, "suspended", s, NULL, &e);
     }
   } else if (!strcmp(s, "stopped") || !strcmp(s, "suspended") || !strcmp(s, "error")) {
-    /* Nothing may run: make sure of it (a crash between steps). */
+    /* Nothing may run: make sure of it (a crash between steps).  A stopped
+     * sandbox keeps its uid range: re-take the claim a reboot cleared. */
     runtime_down(ctx, r, &e);
     if (strcmp(s, "stopped")) slot_release(ctx, r);
+    else if (slot_claim(ctx, r, &e) < 0) hutch_log(LOG_WARN, "sandbox.reclaim_failed", "id", r->id, NULL);
     return;
   }
   if (e.msg[0]) hutch_log(LOG_ERROR, "sandbox.reconcile_failed", "id", r->id, "reason", e.msg, NULL);
