@@ -37,7 +37,7 @@ UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 HELPERS :=
 
-.PHONY: all clean test unit unit-asan integration bench install demo
+.PHONY: all clean test unit unit-asan integration bench install demo fuzz
 all: $(PROGS) $(HELPERS)
 
 $(BUILD)/%.o: %.c
@@ -84,9 +84,24 @@ test:
 	$(MAKE) WERROR=1 all
 	$(MAKE) unit
 	$(MAKE) unit-asan
+	$(MAKE) fuzz
 	$(MAKE) integration
 
 # BENCH_ARGS: e.g. --quick (a smoke run), --no-save; see bench/README.md.
+# Fuzz smoke: each libFuzzer driver for FUZZ_SECONDS (part of `make test`
+# when clang is installed; longer runs: make fuzz FUZZ_SECONDS=600).
+FUZZ_SECONDS ?= 10
+FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -std=gnu11 -D_GNU_SOURCE -Isrc/lib
+FUZZ_COMMON := src/lib/common/err.c src/lib/common/util.c
+fuzz:
+	@if ! command -v clang >/dev/null; then echo "fuzz: clang not installed, skipped"; exit 0; fi; \
+	mkdir -p $(BUILD)/fuzz && \
+	clang $(FUZZ_FLAGS) fuzz/fuzz_proto.c src/lib/agent/proto.c $(FUZZ_COMMON) -o $(BUILD)/fuzz/fuzz_proto && \
+	clang $(FUZZ_FLAGS) $(PKG_CFLAGS) fuzz/fuzz_json.c src/lib/api/json.c src/lib/runtime/spec.c $(FUZZ_COMMON) \
+	  -o $(BUILD)/fuzz/fuzz_json $(shell pkg-config --libs jansson) && \
+	$(BUILD)/fuzz/fuzz_proto -max_total_time=$(FUZZ_SECONDS) -max_len=70000 -print_final_stats=0 2>&1 | tail -2 && \
+	$(BUILD)/fuzz/fuzz_json -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 2>&1 | tail -2
+
 bench: all
 	HUTCH_BUILD=$(abspath $(BUILD)) /usr/bin/python3 bench/bench.py $(BENCH_ARGS)
 

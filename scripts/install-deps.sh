@@ -15,7 +15,8 @@ PKGS=(
   python3 python3-pytest               # integration tests
   iproute2 procps util-linux           # ip, ps, unshare: used by tests
   ca-certificates                      # CA bundle copied into the `host` template
-  bubblewrap                           # baseline for benchmarks
+  bubblewrap runsc gnuplot-nox         # benchmark baselines (bwrap, gVisor) and the chart
+  clang libclang-rt-14-dev             # libFuzzer smoke runs of the parsers (make fuzz)
 )
 
 missing=()

@@ -318,11 +318,7 @@ int hutch_lc_delete(struct hutch_ctx *ctx, const char *sb_id, char op_id[64], hu
 int hutch_lc_verb(struct hutch_ctx *ctx, const char *sb_id, const char *verb, char op_id[64], hutch_err *err) {
   struct hutch_sandbox_rec r;
   if (hutch_lc_get(ctx, sb_id, &r, err) < 0) return -1;
-  const char *eff = verb;
-  if (!strcmp(verb, "wake"))
-    eff = !strcmp(r.state, "paused") ? "resume" : !strcmp(r.state, "stopped") ? "start"
-          : !strcmp(r.state, "suspended")                                      ? "restore"
-                                                                               : "wake";
+  const char *eff = !strcmp(verb, "wake") ? hutch_ops_wake_verb(r.state) : verb;
   int fit = hutch_ops_fit(eff, r.state, sb_id, err);
   /* A transitional state may be on its way to one that fits: leave the
    * final word to the worker, which checks again in order. */

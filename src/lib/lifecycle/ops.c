@@ -239,6 +239,13 @@ static bool word_in(const char *w, const char *list) {
   return false;
 }
 
+const char *hutch_ops_wake_verb(const char *state) {
+  if (!strcmp(state, "paused")) return "resume";
+  if (!strcmp(state, "stopped")) return "start";
+  if (!strcmp(state, "suspended")) return "restore";
+  return "wake";
+}
+
 int hutch_ops_fit(const char *verb, const char *state, const char *sb_id, hutch_err *err) {
   for (size_t i = 0; i < sizeof fits / sizeof *fits; i++) {
     if (strcmp(fits[i].verb, verb)) continue;
@@ -455,11 +462,7 @@ int hutch_ops_run(struct hutch_ctx *ctx, const char *kind, const char *sb_id, hu
   } else {
     /* Checked again now: an operation queued before this one may have
      * changed the state since the call was accepted. */
-    const char *verb = kind;
-    if (!strcmp(kind, "wake"))
-      verb = !strcmp(r.state, "paused") ? "resume" : !strcmp(r.state, "stopped") ? "start"
-             : !strcmp(r.state, "suspended")                                      ? "restore"
-                                                                                  : "wake";
+    const char *verb = !strcmp(kind, "wake") ? hutch_ops_wake_verb(r.state) : kind;
     int fit = hutch_ops_fit(verb, r.state, sb_id, err);
     if (fit != 0) {
       hutch_sandbox_rec_free(&r);

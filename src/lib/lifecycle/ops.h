@@ -19,6 +19,10 @@
  * start, suspend, restore, wake) on sandbox `sb_id`. */
 int hutch_ops_run(struct hutch_ctx *ctx, const char *kind, const char *sb_id, hutch_err *err);
 
+/* What `wake` means for a sandbox in `state` (resume, start, restore, or
+ * "wake" itself when there is nothing to do). */
+const char *hutch_ops_wake_verb(const char *state);
+
 /* Whether `verb` fits a sandbox in `state`: 0 it does, 1 nothing to do
  * (idempotent repeat), -1 it does not (err: 409 naming the state). */
 int hutch_ops_fit(const char *verb, const char *state, const char *sb_id, hutch_err *err);
