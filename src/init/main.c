@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -84,6 +85,11 @@ static void occupy_stdio(void) {
 int main(int argc, char **argv) {
   (void)argc;
   (void)argv;
+  /* hutch-init holds the channel to the shim: nothing in the sandbox may
+   * ptrace it or read its memory.  Sandbox root lacks CAP_SYS_PTRACE, so a
+   * non-dumpable init is out of its reach (commands it starts are dumpable
+   * again after their exec). */
+  prctl(PR_SET_DUMPABLE, 0);
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGCHLD);

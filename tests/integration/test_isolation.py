@@ -178,3 +178,37 @@ def test_sandboxes_cannot_see_each_other(api, sandbox, make_sandbox):
     r = run(api, sandbox, ["sh", "-c", "ls /root/other.txt /tmp/other.txt 2>&1; echo done"])
     assert r["stdout"].count("No such file") == 2, r
     assert other["host"]["init_pid"] != sandbox["host"]["init_pid"]
+
+
+PTRACE_PROBE = r"""
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_ATTACH, PTRACE_DETACH = 16, 17
+def attach(pid):
+    r = libc.ptrace(PTRACE_ATTACH, pid, 0, 0)
+    e = ctypes.get_errno()
+    if r == 0:
+        os.waitpid(pid, 0)
+        libc.ptrace(PTRACE_DETACH, pid, 0, 0)
+    return r, e
+child = os.fork()
+if child == 0:
+    time.sleep(30)
+    os._exit(0)
+try:
+    print("child", *attach(child))
+    print("init", *attach(int(sys.argv[1])))
+finally:
+    os.kill(child, 9)
+"""
+
+
+def test_init_cannot_be_ptraced_from_inside(api, sandbox):
+    """hutch-init holds the channel to the shim; sandbox root must not be
+    able to take it over.  Positive control: the same probe attaches to an
+    ordinary process of the sandbox."""
+    r = api.exec(sandbox["id"], argv=["python3", "-c", PTRACE_PROBE, "1"])
+    assert r.status == 200 and r.json["exit_code"] == 0, r
+    lines = dict(l.split(" ", 1) for l in r.json["stdout"].strip().splitlines())
+    assert lines["child"] == "0 0", r.json  # attach works on an ordinary process
+    assert lines["init"].split()[0] == "-1" and lines["init"].split()[1] == "1", r.json  # EPERM on init
