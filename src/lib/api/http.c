@@ -482,9 +482,10 @@ int hutch_server_start(struct hutch_ctx *ctx, struct hutch_server **out, hutch_e
     return -1;
   }
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+  /* One thread per connection: bound them (streams are long-lived). */
   s->unix_d = MHD_start_daemon(flags, 0, NULL, NULL, on_unix, ctx, MHD_OPTION_LISTEN_SOCKET, s->unix_fd,
                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-                               (unsigned)120, MHD_OPTION_END);
+                               (unsigned)120, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_END);
   if (!s->unix_d) {
     close(s->unix_fd);
     free(s);
@@ -514,7 +515,8 @@ int hutch_server_start(struct hutch_ctx *ctx, struct hutch_server **out, hutch_e
     unsigned tflags = flags | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     s->tcp_d = MHD_start_daemon(tflags, (uint16_t)port, NULL, NULL, on_tcp, ctx, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-                                (unsigned)120, MHD_OPTION_END);
+                                (unsigned)120, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->tcp_d) {
       hutch_server_stop(s);
