@@ -399,6 +399,8 @@ def test_on_timeout_suspend_suspends_and_restores(api, hutchd):
         assert api.get(sid).json["state"] == "suspended"
         w = api.lifecycle_ok(sid, "restore")
         assert w["state"] == "running"
+        # A restored sandbox gets a fresh deadline rather than none.
+        assert w["expires_at"] is not None, w
         assert _read(api, sid, "kept.txt") == "expiring"
     finally:
         api.delete(sid, wait=True)

@@ -388,12 +388,25 @@ fail:
   return -1;
 }
 
+/* A sandbox that runs again gets a fresh deadline (its timeout_s from now):
+ * one that expired into `suspended` must not run forever once restored. */
+static void renew_deadline(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r) {
+  json_error_t je;
+  json_t *req = json_loads(r->request, 0, &je);
+  json_int_t t = json_integer_value(json_object_get(req, "timeout_s"));
+  json_decref(req);
+  hutch_err e = HUTCH_ERR_INIT;
+  if (t > 0) hutch_db_sandbox_set_expiry(ctx->db, r->id, now_ms() + (uint64_t)t * 1000u, t, &e);
+}
+
 static int do_start(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
   if (set_state(ctx, r->id, "starting", r->state, NULL, err) < 0) goto fail;
   FAULT("start.begin");
   if (slot_claim(ctx, r, err) < 0 || shim_up(ctx, r, NULL, err) < 0) goto fail;
   FAULT("start.shim");
-  return set_state(ctx, r->id, "running", "starting", NULL, err);
+  if (set_state(ctx, r->id, "running", "starting", NULL, err) < 0) return -1;
+  renew_deadline(ctx, r);
+  return 0;
 fail:
   hutch_err_wrap(err, "start sandbox %s", r->id);
   hutch_err e2 = HUTCH_ERR_INIT;
@@ -437,7 +450,9 @@ static int do_restore(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_
   FAULT("restore.slot");
   if (shim_up(ctx, r, NULL, err) < 0) goto fail;
   FAULT("restore.shim");
-  return set_state(ctx, r->id, "running", "restoring", NULL, err);
+  if (set_state(ctx, r->id, "running", "restoring", NULL, err) < 0) return -1;
+  renew_deadline(ctx, r);
+  return 0;
 fail:
   hutch_err_wrap(err, "restore sandbox %s", r->id);
   hutch_err e2 = HUTCH_ERR_INIT;
