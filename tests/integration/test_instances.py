@@ -38,3 +38,40 @@ def test_uid_claim_names_its_owner(hutchd, api, make_sandbox):
     s = make_sandbox()
     claims = hostutil.uid_claims(hutchd.data_dir)
     assert len([c for c in claims if s["id"] in c]) == 1, claims
+
+
+def test_orphan_and_stale_uid_claims_are_released_at_start(start_hutchd):
+    """A claim naming this instance but no sandbox of it (a crash between
+    claim and row), and a claim of an instance whose data directory is gone,
+    are released when hutchd starts; a live instance's claim is kept."""
+    import os
+    import tempfile
+    a, b = start_hutchd(), start_hutchd()
+    sb = b.client().create(wait=True)
+    assert sb.status == 201, sb
+    lock = hostutil.UID_LOCK_DIR
+    dead_dir = tempfile.mkdtemp(prefix="hdead", dir="/tmp")
+    os.rmdir(dead_dir)  # an instance whose data directory is gone
+    planted = {}
+    for slot, owner in ((4001, "%s sb_orphanorphanorphan01\n" % os.path.realpath(a.data_dir)),
+                        (4002, "%s sb_staleinstance000000\n" % dead_dir)):
+        path = os.path.join(lock, str(slot))
+        assert not os.path.exists(path), "slot %d is in use on this host; pick another" % slot
+        with open(path, "w") as f:
+            f.write(owner)
+        planted[slot] = path
+    try:
+        before_b = hostutil.uid_claims(b.data_dir)
+        assert len(before_b) == 1, before_b
+        a.stop()
+        a.expect_exit = False
+        a.start()
+        assert a.client().healthz().status == 200
+        for slot, path in planted.items():
+            assert not os.path.exists(path), "claim %d survived the start" % slot
+        assert hostutil.uid_claims(b.data_dir) == before_b  # a live instance's claim is kept
+    finally:
+        for path in planted.values():
+            if os.path.exists(path):
+                os.unlink(path)
+        b.client().delete(sb.json["id"])

@@ -1,5 +1,6 @@
 #include "lifecycle/daemon.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -434,6 +435,46 @@ int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_e
 /* Bring the database in line with the host after a restart: sandboxes whose
  * shim answers stay running; anything mid-operation or without a shim is
  * cleaned up (creating) or marked error (running). */
+/* Host-wide uid claims that name this data directory but no sandbox that
+ * holds a range (a crash between claim and row, or a row since removed). */
+static void drop_orphan_claims(struct hutch_ctx *ctx) {
+  DIR *d = opendir(ctx->cfg.uid_lock_dir);
+  if (!d) return;
+  cleanup_free char *prefix = xasprintf("%s ", ctx->cfg.data_dir);
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    uint64_t slot;
+    if (parse_u64(de->d_name, UINT32_MAX, &slot) < 0) continue;
+    cleanup_free char *path = xasprintf("%s/%s", ctx->cfg.uid_lock_dir, de->d_name);
+    hutch_err e = HUTCH_ERR_INIT;
+    cleanup_free char *owner = read_file(path, 8192, NULL, &e);
+    if (!owner) continue;
+    if (strncmp(owner, prefix, strlen(prefix))) {
+      /* Another instance's claim: leave it, unless that instance's data
+       * directory no longer exists (nobody can own the sandbox then). */
+      char *sp = strchr(owner, ' ');
+      if (sp && sp != owner) {
+        *sp = 0;
+        if (owner[0] == '/' && access(owner, F_OK) < 0 && errno == ENOENT && unlink(path) == 0)
+          hutch_log(LOG_INFO, "uid_slot.released_stale", "slot", de->d_name, "data_dir", owner, NULL);
+      }
+      continue;
+    }
+    char *id = owner + strlen(prefix);
+    id[strcspn(id, "\n")] = 0;
+    struct hutch_sandbox_rec r;
+    if (hutch_db_sandbox_get(ctx->db, id, &r, &e) == 0) {
+      bool held = r.uid_slot == (int64_t)slot;
+      hutch_sandbox_rec_free(&r);
+      if (held) continue;
+    } else if (e.status != 404) {
+      continue; /* cannot tell: keep it */
+    }
+    if (unlink(path) == 0) hutch_log(LOG_INFO, "uid_slot.released_orphan", "slot", de->d_name, "id", id, NULL);
+  }
+  closedir(d);
+}
+
 static void reconcile(struct hutch_ctx *ctx) {
   hutch_err err = HUTCH_ERR_INIT;
   hutch_db_op_fail_unfinished(ctx->db, "hutchd restarted while the operation was in progress", &err);
@@ -448,6 +489,7 @@ static void reconcile(struct hutch_ctx *ctx) {
     hutch_sandbox_rec_free(&v[i]);
   }
   free(v);
+  drop_orphan_claims(ctx);
 }
 
 /* A smaller pool (or another template) after a restart: delete the extras. */
