@@ -235,7 +235,9 @@ static void count_state(struct state_count *v, size_t *n, size_t max, const char
 
 static int render_sandboxes(struct hutch_ctx *ctx, struct text *t, hutch_err *err) {
   /* Every known state is present (0 when empty), so rates and alerts have a series. */
-  static const char *const known[] = {"accepted", "creating", "running", "deleting", "error", "pool"};
+  static const char *const known[] = {"accepted", "creating", "running",  "paused",   "stopped", "suspended",
+                                      "deleting", "error",    "pausing", "resuming", "stopping", "starting",
+                                      "suspending", "restoring", "pool"};
   struct state_count counts[32];
   size_t nc = 0;
   for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
