@@ -637,7 +637,10 @@ void hutch_ctx_stop(struct hutch_ctx *ctx) {
   for (size_t i = 0; i < ctx->nbusy; i++) free(ctx->busy[i]);
   free(ctx->busy);
   /* Leave no empty per-instance cgroup parents behind when nothing runs. */
-  if (hutch_db_sandbox_count(ctx->db) == 0) hutch_cgroup_cleanup_instance(ctx->instance);
+  if (hutch_db_sandbox_count(ctx->db) == 0) {
+    hutch_cgroup_cleanup_instance(ctx->instance);
+    rmdir(ctx->cfg.run_dir); /* only when empty */
+  }
   hutch_db_close(ctx->db);
   ctx->db = NULL;
 }
