@@ -540,7 +540,7 @@ static void handle_client_frame(int ci, const struct hutch_frame_hdr *h, const u
         return;
       }
       if (cmds[i].exited) {
-        client_error(ci, h->id, ESRCH, "command `%s` has finished", cmds[i].name);
+        client_error(ci, h->id, EPIPE, "command `%s` has finished", cmds[i].name);
         return;
       }
       signal_cmd(&cmds[i], (int)sig);
@@ -551,11 +551,11 @@ static void handle_client_frame(int ci, const struct hutch_frame_hdr *h, const u
       if ((i = cmd_by_name(ci, h->id, p, h->len)) < 0) return;
       uint32_t rows = 0, cols = 0;
       if (!(cmds[i].flags & HUTCH_SPAWN_PTY)) {
-        client_error(ci, h->id, EINVAL, "command `%s` has no terminal", cmds[i].name);
+        client_error(ci, h->id, ENOTTY, "command `%s` has no terminal", cmds[i].name);
         return;
       }
       if (cmds[i].exited) {
-        client_error(ci, h->id, ESRCH, "command `%s` has finished", cmds[i].name);
+        client_error(ci, h->id, EPIPE, "command `%s` has finished", cmds[i].name);
         return;
       }
       if (hutch_tlv_find_u32(p, h->len, HUTCH_TAG_ROWS, &rows) != 1 ||

@@ -238,7 +238,8 @@ int hutch_shim_error(const void *payload, size_t len, hutch_err *err) {
     case ENOTEMPTY:
     case EISDIR:
     case ENOTDIR:
-    case EPIPE:
+    case EPIPE:  /* the command has finished, or its stdin is closed */
+    case ENOTTY: /* a terminal call on a command without one */
     case EBUSY: status = 409, code = "conflict"; break;
     case EACCES:
     case EPERM:

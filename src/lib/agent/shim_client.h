@@ -48,8 +48,8 @@ uint32_t hutch_shim_conn_send(struct hutch_shim_conn *c, uint16_t type, const vo
 int hutch_shim_conn_read(struct hutch_shim_conn *c, struct hutch_frame_hdr *h, hutch_err *err);
 /* Send a request and read frames until one answers it: returns 0 with *h
  * and c->payload set.  An ERROR answer becomes -1 with err mapped from the
- * errno (ENOENT/ESRCH 404, EINVAL 400, EEXIST/ENOTEMPTY/EISDIR/ENOTDIR/EPIPE
- * 409, others 500), its message kept. */
+ * errno (ENOENT/ESRCH 404, EINVAL 400, EEXIST/ENOTEMPTY/EISDIR/ENOTDIR/EPIPE/
+ * ENOTTY 409, others 500), its message kept. */
 int hutch_shim_conn_call(struct hutch_shim_conn *c, uint16_t type, const void *p, size_t n, struct hutch_frame_hdr *h,
                          hutch_err *err);
 /* Turn an ERROR payload into err as above. */

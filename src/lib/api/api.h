@@ -85,6 +85,13 @@ json_t *hutch_api_body_object(struct hutch_req *req, hutch_err *err);
  * not expired.  Constant-time. */
 bool hutch_attach_token_valid(struct hutch_ctx *ctx, const char *token, const char *sb_id, const char *cmd_id);
 
+/* Connect to the shim of running sandbox params[0] (api/shim_conn.c).
+ * On failure resp is filled (404, 409 naming the state, 503).  With `rec`,
+ * the sandbox's record is handed back too (the caller frees it), so a
+ * handler reads the sandbox once. */
+bool hutch_api_open_shim(struct hutch_req *req, struct hutch_resp *resp, struct hutch_shim_conn *c, int timeout_s,
+                         struct hutch_sandbox_rec *rec);
+
 /* Handlers */
 void hutch_h_health(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_sandbox_create(struct hutch_req *req, struct hutch_resp *resp);

@@ -57,17 +57,6 @@ bool hutch_attach_token_valid(struct hutch_ctx *ctx, const char *token, const ch
 
 static bool valid_cmd_id(const char *s) { return !strncmp(s, "cmd_", 4) && strlen(s) < 64; }
 
-/* Open a connection to a running sandbox's shim; fills resp on failure. */
-static bool open_shim(struct hutch_req *req, struct hutch_resp *resp, struct hutch_shim_conn *c, int timeout_s) {
-  hutch_err err = HUTCH_ERR_INIT;
-  cleanup_free char *sock = hutch_lc_shim_of_running(req->ctx, req->params[0], &err);
-  if (!sock || hutch_shim_conn_open(c, sock, timeout_s, &err) < 0) {
-    hutch_api_error(resp, &err);
-    return false;
-  }
-  return true;
-}
-
 static void name_payload(struct hutch_buf *b, const char *name) {
   hutch_buf_init(b);
   hutch_tlv_put_str(b, HUTCH_TAG_NAME, name);
@@ -83,11 +72,11 @@ static bool cmd_call(struct hutch_req *req, struct hutch_resp *resp, uint16_t ty
     return false;
   }
   struct hutch_shim_conn c;
-  if (!open_shim(req, resp, &c, 60)) return false;
+  if (!hutch_api_open_shim(req, resp, &c, 60, NULL)) return false;
   hutch_err err = HUTCH_ERR_INIT;
   bool ok = hutch_shim_conn_call(&c, type, payload->data, payload->len, h, &err) == 0;
   if (!ok) {
-    if (err.errnum == ESRCH && !strstr(err.msg, "finished"))
+    if (err.errnum == ESRCH)
       hutch_err_set(&err, 404, "not_found", "command `%s` not found in sandbox `%s`", cid ? cid : "", req->params[0]);
     hutch_api_error(resp, &err);
   } else if (out) {
@@ -110,22 +99,6 @@ static json_t *get_command(struct hutch_req *req, struct hutch_resp *resp) {
   hutch_buf_free(&out);
   if (!o) hutch_api_errorf(resp, 500, "internal", "the shim sent a malformed command: %s", je.text);
   return o;
-}
-
-static const char *resp_message(const struct hutch_resp *resp) {
-  const char *m = json_string_value(json_object_get(json_object_get(resp->json, "error"), "message"));
-  return m ? m : "";
-}
-
-/* A command that has finished answers 409, not 404. */
-static void finished_is_conflict(struct hutch_resp *resp, bool also_400) {
-  if ((resp->status == 404 && strstr(resp_message(resp), "finished")) || (also_400 && resp->status == 400)) {
-    char msg[300];
-    snprintf(msg, sizeof msg, "%s", resp_message(resp));
-    json_decref(resp->json);
-    resp->json = NULL;
-    hutch_api_errorf(resp, 409, "conflict", "%s", msg);
-  }
 }
 
 /* ---- start --------------------------------------------------------------- */
@@ -194,8 +167,11 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
   }
   /* The default working directory is the user's home. */
   if (!cwd) cwd = uid <= 0 ? "/root" : uid == 1000 ? "/home/user" : "/";
-  envp = hutch_lc_command_env(req->ctx, req->params[0], env, &err);
-  if (!envp) goto fail;
+  struct hutch_shim_conn c;
+  struct hutch_sandbox_rec sbr;
+  if (!hutch_api_open_shim(req, resp, &c, 30, &sbr)) goto out;
+  envp = hutch_lc_command_env(&sbr, env);
+  hutch_sandbox_rec_free(&sbr);
   if (uid == 1000) {
     for (size_t i = 0; envp[i]; i++)
       if (!strncmp(envp[i], "HOME=/root", 10)) free(envp[i]), envp[i] = xstrdup("HOME=/home/user");
@@ -215,11 +191,6 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
   if (pty) {
     hutch_tlv_put_u32(&b, HUTCH_TAG_ROWS, (uint32_t)rows);
     hutch_tlv_put_u32(&b, HUTCH_TAG_COLS, (uint32_t)cols);
-  }
-  struct hutch_shim_conn c;
-  if (!open_shim(req, resp, &c, 30)) {
-    hutch_buf_free(&b);
-    goto out;
   }
   struct hutch_frame_hdr h;
   int r = hutch_shim_conn_call(&c, HUTCH_MSG_SPAWN, b.data, b.len, &h, &err);
@@ -379,10 +350,7 @@ void hutch_h_cmd_signal(struct hutch_req *req, struct hutch_resp *resp) {
   hutch_tlv_put_u32(&b, HUTCH_TAG_SIGNO, (uint32_t)sig);
   bool ok = cmd_call(req, resp, HUTCH_MSG_SIGNAL, &b, &h, NULL);
   hutch_buf_free(&b);
-  if (!ok) {
-    finished_is_conflict(resp, false);
-    return;
-  }
+  if (!ok) return;
   resp->status = 200;
   resp->json = json_pack("{s:s, s:i}", "id", req->params[1], "signal", sig);
 }
@@ -407,10 +375,7 @@ void hutch_h_cmd_resize(struct hutch_req *req, struct hutch_resp *resp) {
   hutch_tlv_put_u32(&b, HUTCH_TAG_COLS, (uint32_t)cols);
   bool ok = cmd_call(req, resp, HUTCH_MSG_RESIZE, &b, &h, NULL);
   hutch_buf_free(&b);
-  if (!ok) {
-    finished_is_conflict(resp, true); /* no terminal, or finished */
-    return;
-  }
+  if (!ok) return;
   resp->status = 200;
   resp->json = json_pack("{s:s, s:I, s:I}", "id", req->params[1], "rows", (json_int_t)rows, "cols", (json_int_t)cols);
 }
@@ -427,7 +392,7 @@ void hutch_h_cmd_wait(struct hutch_req *req, struct hutch_resp *resp) {
     return;
   }
   struct hutch_shim_conn c;
-  if (!open_shim(req, resp, &c, (int)t + 1)) return;
+  if (!hutch_api_open_shim(req, resp, &c, (int)t + 1, NULL)) return;
   struct hutch_buf b;
   struct hutch_frame_hdr h;
   name_payload(&b, req->params[1]);
@@ -570,7 +535,7 @@ void hutch_h_cmd_attach(struct hutch_req *req, struct hutch_resp *resp) {
   struct attach_stream *a = xcalloc(1, sizeof *a);
   a->client_fd = hutch_api_client_fd(req);
   a->last_out_us = mono_us();
-  if (!open_shim(req, resp, &a->c, 0)) {
+  if (!hutch_api_open_shim(req, resp, &a->c, 0, NULL)) {
     free(a);
     return;
   }
@@ -628,7 +593,7 @@ static void *stdin_begin(struct hutch_req *req, struct hutch_resp *resp) {
     return NULL;
   }
   struct stdin_up *u = xcalloc(1, sizeof *u);
-  if (!open_shim(req, resp, &u->c, 60)) {
+  if (!hutch_api_open_shim(req, resp, &u->c, 60, NULL)) {
     free(u);
     return NULL;
   }

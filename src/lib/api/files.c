@@ -77,16 +77,6 @@ static bool flag_param(struct hutch_req *req, const char *key) {
   return v && (!strcmp(v, "true") || !strcmp(v, "1"));
 }
 
-static bool open_shim(struct hutch_req *req, struct hutch_resp *resp, struct hutch_shim_conn *c) {
-  hutch_err err = HUTCH_ERR_INIT;
-  cleanup_free char *sock = hutch_lc_shim_of_running(req->ctx, req->params[0], &err);
-  if (!sock || hutch_shim_conn_open(c, sock, 120, &err) < 0) {
-    hutch_api_error(resp, &err);
-    return false;
-  }
-  return true;
-}
-
 /* One file request; on success c->payload holds the FS_RESULT. */
 static bool fs_call(struct hutch_shim_conn *c, uint16_t type, struct hutch_buf *b, struct hutch_resp *resp) {
   struct hutch_frame_hdr h;
@@ -105,7 +95,7 @@ static bool fs_call(struct hutch_shim_conn *c, uint16_t type, struct hutch_buf *
 void hutch_h_files_stat(struct hutch_req *req, struct hutch_resp *resp) {
   const char *path = path_param(req, resp, "path");
   struct hutch_shim_conn c;
-  if (!path || !open_shim(req, resp, &c)) return;
+  if (!path || !hutch_api_open_shim(req, resp, &c, 120, NULL)) return;
   struct hutch_buf b;
   hutch_buf_init(&b);
   hutch_tlv_put_str(&b, HUTCH_TAG_PATH, path);
@@ -132,7 +122,7 @@ void hutch_h_files_list(struct hutch_req *req, struct hutch_resp *resp) {
     return;
   }
   struct hutch_shim_conn c;
-  if (!path || !open_shim(req, resp, &c)) return;
+  if (!path || !hutch_api_open_shim(req, resp, &c, 120, NULL)) return;
   struct hutch_buf b;
   hutch_buf_init(&b);
   hutch_tlv_put_str(&b, HUTCH_TAG_PATH, path);
@@ -159,7 +149,7 @@ void hutch_h_files_list(struct hutch_req *req, struct hutch_resp *resp) {
 void hutch_h_files_delete(struct hutch_req *req, struct hutch_resp *resp) {
   const char *path = path_param(req, resp, "path");
   struct hutch_shim_conn c;
-  if (!path || !open_shim(req, resp, &c)) return;
+  if (!path || !hutch_api_open_shim(req, resp, &c, 120, NULL)) return;
   struct hutch_buf b;
   hutch_buf_init(&b);
   hutch_tlv_put_str(&b, HUTCH_TAG_PATH, path);
@@ -202,7 +192,7 @@ void hutch_h_files_mkdir(struct hutch_req *req, struct hutch_resp *resp) {
     return;
   }
   struct hutch_shim_conn c;
-  if (open_shim(req, resp, &c)) {
+  if (hutch_api_open_shim(req, resp, &c, 120, NULL)) {
     struct hutch_buf b;
     hutch_buf_init(&b);
     hutch_tlv_put_str(&b, HUTCH_TAG_PATH, path);
@@ -232,7 +222,7 @@ void hutch_h_files_move(struct hutch_req *req, struct hutch_resp *resp) {
     return;
   }
   struct hutch_shim_conn c;
-  if (open_shim(req, resp, &c)) {
+  if (hutch_api_open_shim(req, resp, &c, 120, NULL)) {
     struct hutch_buf b;
     hutch_buf_init(&b);
     hutch_tlv_put_str(&b, HUTCH_TAG_PATH, from);
@@ -315,7 +305,7 @@ void hutch_h_files_get(struct hutch_req *req, struct hutch_resp *resp) {
   if (!path) return;
   struct download *d = xcalloc(1, sizeof *d);
   hutch_buf_init(&d->chunk);
-  if (!open_shim(req, resp, &d->c)) {
+  if (!hutch_api_open_shim(req, resp, &d->c, 120, NULL)) {
     free(d);
     return;
   }
@@ -407,7 +397,7 @@ static void *upload_begin(struct hutch_req *req, struct hutch_resp *resp) {
     mode = (uint32_t)v;
   }
   struct upload *u = xcalloc(1, sizeof *u);
-  if (!open_shim(req, resp, &u->c)) {
+  if (!hutch_api_open_shim(req, resp, &u->c, 120, NULL)) {
     free(u);
     return NULL;
   }
@@ -484,14 +474,10 @@ const struct hutch_upload_ops hutch_u_files_put = {upload_begin, upload_data, up
 
 /* ---- tar: the sandbox's own tar, streamed ---------------------------------- */
 
-static bool start_tar(struct hutch_req *req, struct hutch_resp *resp, struct hutch_shim_conn *c, const char *dir,
-                      bool extract, uint32_t *spawn_id, char name[64]) {
+static bool start_tar(const struct hutch_sandbox_rec *sb, struct hutch_resp *resp, struct hutch_shim_conn *c,
+                      const char *dir, bool extract, uint32_t *spawn_id, char name[64]) {
   hutch_err err = HUTCH_ERR_INIT;
-  char **envp = hutch_lc_command_env(req->ctx, req->params[0], NULL, &err);
-  if (!envp) {
-    hutch_api_error(resp, &err);
-    return false;
-  }
+  char **envp = hutch_lc_command_env(sb, NULL);
   const char *create[] = {"tar", "-C", dir, "-cf", "-", ".", NULL};
   /* GNU tar refuses members with `..`, strips leading `/`, and replaces
    * symlinks to outside targets with placeholders until the end, so it never
@@ -586,11 +572,14 @@ void hutch_h_files_tar_get(struct hutch_req *req, struct hutch_resp *resp) {
   struct tar_out *t = xcalloc(1, sizeof *t);
   hutch_buf_init(&t->data);
   char name[64];
-  if (!open_shim(req, resp, &t->c)) {
+  struct hutch_sandbox_rec sb;
+  if (!hutch_api_open_shim(req, resp, &t->c, 120, &sb)) {
     free(t);
     return;
   }
-  if (!require_dir(&t->c, dir, resp) || !start_tar(req, resp, &t->c, dir, false, &t->id, name)) {
+  bool ok = require_dir(&t->c, dir, resp) && start_tar(&sb, resp, &t->c, dir, false, &t->id, name);
+  hutch_sandbox_rec_free(&sb);
+  if (!ok) {
     tar_free(t);
     return;
   }
@@ -649,7 +638,8 @@ static void *tar_in_begin(struct hutch_req *req, struct hutch_resp *resp) {
   const char *dir = path_param(req, resp, "path");
   if (!dir) return NULL;
   struct tar_in *t = xcalloc(1, sizeof *t);
-  if (!open_shim(req, resp, &t->c)) {
+  struct hutch_sandbox_rec sb;
+  if (!hutch_api_open_shim(req, resp, &t->c, 120, &sb)) {
     free(t);
     return NULL;
   }
@@ -659,10 +649,12 @@ static void *tar_in_begin(struct hutch_req *req, struct hutch_resp *resp) {
   hutch_tlv_put_u32(&b, HUTCH_TAG_MODE, 0755);
   hutch_tlv_put_u32(&b, HUTCH_TAG_FLAGS, 1);
   if (!fs_call(&t->c, HUTCH_MSG_FS_MKDIR, &b, resp) || !require_dir(&t->c, dir, resp) ||
-      !start_tar(req, resp, &t->c, dir, true, &t->id, t->name)) {
+      !start_tar(&sb, resp, &t->c, dir, true, &t->id, t->name)) {
+    hutch_sandbox_rec_free(&sb);
     tar_in_abort(t);
     return NULL;
   }
+  hutch_sandbox_rec_free(&sb);
   return t;
 }
 

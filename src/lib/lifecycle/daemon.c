@@ -362,26 +362,20 @@ int hutch_lc_wait(struct hutch_ctx *ctx, const char *op_id, uint64_t timeout_ms,
   }
 }
 
-char *hutch_lc_shim_of_running(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err) {
-  struct hutch_sandbox_rec r;
-  if (hutch_lc_get(ctx, sb_id, &r, err) < 0) return NULL;
-  if (strcmp(r.state, "running")) {
-    hutch_err_set(err, 409, "conflict", "sandbox `%s` is %s, not running", sb_id, r.state);
-    hutch_sandbox_rec_free(&r);
-    return NULL;
-  }
-  hutch_sandbox_rec_free(&r);
-  return hutch_shim_socket(ctx, sb_id);
+int hutch_lc_get_running(struct hutch_ctx *ctx, const char *sb_id, struct hutch_sandbox_rec *out, hutch_err *err) {
+  if (hutch_lc_get(ctx, sb_id, out, err) < 0) return -1;
+  if (!strcmp(out->state, "running")) return 0;
+  hutch_err_set(err, 409, "conflict", "sandbox `%s` is %s, not running", sb_id, out->state);
+  hutch_sandbox_rec_free(out);
+  return -1;
 }
 
-char **hutch_lc_command_env(struct hutch_ctx *ctx, const char *sb_id, json_t *extra, hutch_err *err) {
-  struct hutch_sandbox_rec r;
-  if (hutch_lc_get(ctx, sb_id, &r, err) < 0) return NULL;
+char **hutch_lc_command_env(const struct hutch_sandbox_rec *r, json_t *extra) {
   json_error_t je;
-  json_t *req = json_loads(r.request, 0, &je);
+  json_t *req = json_loads(r->request, 0, &je);
   json_t *env = json_object();
   char hn[64];
-  hutch_hostname_for(sb_id, hn);
+  hutch_hostname_for(r->id, hn);
   json_object_set_new(env, "PATH", json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
   json_object_set_new(env, "HOME", json_string("/root"));
   json_object_set_new(env, "USER", json_string("root"));
@@ -390,7 +384,6 @@ char **hutch_lc_command_env(struct hutch_ctx *ctx, const char *sb_id, json_t *ex
   if (req) json_object_update(env, json_object_get(req, "env"));
   if (extra) json_object_update(env, extra);
   json_decref(req);
-  hutch_sandbox_rec_free(&r);
   size_t n = json_object_size(env), i = 0;
   char **envp = xcalloc(n + 1, sizeof *envp);
   const char *k;
@@ -408,10 +401,11 @@ void hutch_envp_free(char **envp) {
 int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_exec_opts *o,
                   struct hutch_exec_result *res, hutch_err *err) {
   memset(res, 0, sizeof *res);
-  cleanup_free char *sock = hutch_lc_shim_of_running(ctx, sb_id, err);
-  if (!sock) return -1;
-  char **envp = hutch_lc_command_env(ctx, sb_id, o->env, err);
-  if (!envp) return -1;
+  struct hutch_sandbox_rec r;
+  if (hutch_lc_get_running(ctx, sb_id, &r, err) < 0) return -1;
+  cleanup_free char *sock = hutch_shim_socket(ctx, sb_id);
+  char **envp = hutch_lc_command_env(&r, o->env);
+  hutch_sandbox_rec_free(&r);
   char name[64];
   hutch_random_id("cmd", name, sizeof name);
   struct hutch_exec_req x = {

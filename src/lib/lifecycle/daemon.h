@@ -106,12 +106,12 @@ struct hutch_exec_opts {
 int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_exec_opts *o,
                   struct hutch_exec_result *res, hutch_err *err);
 
-/* The shim socket of a running sandbox (caller frees), or NULL with 404 /
- * 409 naming the state. */
-char *hutch_lc_shim_of_running(struct hutch_ctx *ctx, const char *sb_id, hutch_err *err);
+/* A running sandbox's record (the caller frees it), or -1 with 404 / 409
+ * naming the state it is in. */
+int hutch_lc_get_running(struct hutch_ctx *ctx, const char *sb_id, struct hutch_sandbox_rec *out, hutch_err *err);
 /* The environment a command gets: defaults < sandbox env < `extra`.
  * Returns a NULL-terminated array of "K=V" (free with hutch_envp_free). */
-char **hutch_lc_command_env(struct hutch_ctx *ctx, const char *sb_id, json_t *extra, hutch_err *err);
+char **hutch_lc_command_env(const struct hutch_sandbox_rec *r, json_t *extra);
 void hutch_envp_free(char **envp);
 
 /* Paths (caller frees). */
