@@ -7,6 +7,7 @@
  * routes are the router's patterns ("unmatched" for the rest), methods
  * outside the HTTP set become "other", so a client cannot grow it. */
 #include "api/metrics.h"
+#include "lifecycle/ops.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -235,15 +236,14 @@ static void count_state(struct state_count *v, size_t *n, size_t max, const char
 
 static int render_sandboxes(struct hutch_ctx *ctx, struct text *t, hutch_err *err) {
   /* Every known state is present (0 when empty), so rates and alerts have a series. */
-  static const char *const known[] = {"accepted", "creating", "running",  "paused",   "stopped", "suspended",
-                                      "deleting", "error",    "pausing", "resuming", "stopping", "starting",
-                                      "suspending", "restoring", "pool"};
   struct state_count counts[32];
   size_t nc = 0;
-  for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
-    count_state(counts, &nc, 32, known[i]);
+  for (size_t i = 0; hutch_states[i]; i++) {
+    count_state(counts, &nc, 32, hutch_states[i]);
     counts[nc - 1].n = 0;
   }
+  count_state(counts, &nc, 32, "pool");
+  counts[nc - 1].n = 0;
   struct hutch_sandbox_rec *v = NULL;
   size_t n = 0;
   if (hutch_db_sandbox_list(ctx->db, NULL, &v, &n, err) < 0) return -1;

@@ -4,6 +4,7 @@
 #include "api/api.h"
 #include "api/json.h"
 #include "api/resources.h"
+#include "lifecycle/ops.h"
 #include "common/util.h"
 
 #define WAIT_LIFECYCLE_MS 120000
@@ -168,12 +169,7 @@ void hutch_h_sandbox_list(struct hutch_req *req, struct hutch_resp *resp) {
       hutch_api_errorf(resp, 400, "invalid_argument", "query `label`: expected key=value, got `%.100s`", labels[i]);
       return;
     }
-  static const char *const states[] = {"accepted", "creating", "running", "paused", "stopped", "suspended",
-                                       "error", "pausing", "resuming", "stopping", "starting", "suspending",
-                                       "restoring", "deleting", NULL};
-  bool known = !state || !*state;
-  for (size_t i = 0; !known && states[i]; i++) known = !strcmp(state, states[i]);
-  if (!known) {
+  if (state && *state && !hutch_state_known(state)) {
     hutch_api_errorf(resp, 400, "invalid_argument",
                      "query `state`: unknown state `%.64s` (see docs/lifecycle.md)", state);
     return;

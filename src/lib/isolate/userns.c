@@ -73,13 +73,12 @@ int hutch_userns_idmapped_tree(const char *path, int userns_fd, uint64_t attr_se
   return fd;
 }
 
-int hutch_uid_slot_claim(const char *lockdir, uint32_t first_base, uint32_t nslots, const char *owner,
-                         uint32_t *slot_out, hutch_err *err) {
+int hutch_uid_slot_claim(const char *lockdir, uint32_t nslots, const char *owner, uint32_t *slot_out,
+                         hutch_err *err) {
   if (mkdir_p(lockdir, 0700, err) < 0) return hutch_err_wrap(err, "uid slot directory");
   /* Start at a random slot so concurrent instances rarely race for the same one. */
   uint32_t start = 0;
   hutch_random_bytes(&start, sizeof start);
-  (void)first_base;
   for (uint32_t i = 0; i < nslots; i++) {
     uint32_t slot = (start + i) % nslots;
     char path[4096];

@@ -36,8 +36,8 @@ int hutch_userns_idmapped_tree(const char *path, int userns_fd, uint64_t attr_se
  * base + slot*65536.  A slot is claimed host-wide (across hutchd instances)
  * by creating <lockdir>/<slot> with O_EXCL; its content names the owner. */
 #define HUTCH_UID_SLOT_SIZE 65536u
-int hutch_uid_slot_claim(const char *lockdir, uint32_t first_base, uint32_t nslots, const char *owner,
-                         uint32_t *slot_out, hutch_err *err);
+int hutch_uid_slot_claim(const char *lockdir, uint32_t nslots, const char *owner, uint32_t *slot_out,
+                         hutch_err *err);
 int hutch_uid_slot_release(const char *lockdir, uint32_t slot, hutch_err *err);
 /* Make sure `slot` is claimed by `owner` (after a reboot cleared the lock
  * directory): 0 when it is ours now, 1 when someone else holds it. */

@@ -323,9 +323,7 @@ int hutch_lc_verb(struct hutch_ctx *ctx, const char *sb_id, const char *verb, ch
   int fit = hutch_ops_fit(eff, r.state, sb_id, err);
   /* A transitional state may be on its way to one that fits: leave the
    * final word to the worker, which checks again in order. */
-  bool transitional = !strcmp(r.state, "pausing") || !strcmp(r.state, "resuming") || !strcmp(r.state, "stopping") ||
-                      !strcmp(r.state, "starting") || !strcmp(r.state, "suspending") ||
-                      !strcmp(r.state, "restoring") || !strcmp(r.state, "creating") || !strcmp(r.state, "accepted");
+  bool transitional = hutch_state_transitional(r.state);
   hutch_sandbox_rec_free(&r);
   if (fit < 0 && !transitional) return -1;
   if (new_op(ctx, verb, sb_id, op_id, err) < 0) return -1;

@@ -100,7 +100,7 @@ static int slot_claim(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_
     r->uid_slot = -1;
   }
   uint32_t slot;
-  if (hutch_uid_slot_claim(ctx->cfg.uid_lock_dir, ctx->cfg.uid_first, ctx->cfg.uid_slots, owner, &slot, err) < 0)
+  if (hutch_uid_slot_claim(ctx->cfg.uid_lock_dir, ctx->cfg.uid_slots, owner, &slot, err) < 0)
     return -1;
   r->uid_slot = slot;
   return hutch_db_sandbox_set_host(ctx->db, r->id, r->uid_slot, 0, 0, err);
@@ -142,8 +142,13 @@ static int shim_up(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, uint64_t 
 static int runtime_down(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
   cleanup_free char *sock = hutch_shim_socket(ctx, r->id);
   hutch_err e = HUTCH_ERR_INIT;
-  /* A frozen init cannot be reaped by its shim: thaw first. */
-  if (hutch_cgroup_exists(ctx->instance, r->id)) hutch_cgroup_freeze(ctx->instance, r->id, false, &e);
+  /* A frozen init cannot be reaped by its shim: thaw first.  r->state is the
+   * state the operation started from (or was interrupted in); sandboxes
+   * that were running or being made were never frozen, and they are the
+   * hot path of delete: skip the freezer write for them. */
+  bool maybe_frozen = strcmp(r->state, "running") && strcmp(r->state, "creating") && strcmp(r->state, "accepted") &&
+                      strcmp(r->state, "starting") && strcmp(r->state, "restoring") && strcmp(r->state, "pool");
+  if (maybe_frozen && hutch_cgroup_exists(ctx->instance, r->id)) hutch_cgroup_freeze(ctx->instance, r->id, false, &e);
   if (access(sock, F_OK) == 0 && hutch_shim_shutdown(sock, &e) < 0)
     hutch_log(LOG_WARN, "shim.shutdown_failed", "id", r->id, "reason", e.msg, NULL);
   if (hutch_is_shim_of((pid_t)r->shim_pid, r->id)) kill((pid_t)r->shim_pid, SIGKILL);
@@ -238,6 +243,23 @@ static bool word_in(const char *w, const char *list) {
   }
   return false;
 }
+
+const char *const hutch_states[] = {
+    "accepted", "creating", "running", "paused",   "stopped",   "suspended", "error",
+    "pausing",  "resuming", "stopping", "starting", "suspending", "restoring", "deleting", NULL,
+};
+
+static const char *const transitional_states[] = {"accepted", "creating", "pausing",   "resuming", "stopping",
+                                                  "starting", "suspending", "restoring", "deleting", NULL};
+
+static bool in_list(const char *s, const char *const *list) {
+  for (size_t i = 0; list[i]; i++)
+    if (!strcmp(s, list[i])) return true;
+  return false;
+}
+
+bool hutch_state_known(const char *state) { return in_list(state, hutch_states); }
+bool hutch_state_transitional(const char *state) { return in_list(state, transitional_states); }
 
 const char *hutch_ops_wake_verb(const char *state) {
   if (!strcmp(state, "paused")) return "resume";

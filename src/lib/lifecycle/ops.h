@@ -19,6 +19,13 @@
  * start, suspend, restore, wake) on sandbox `sb_id`. */
 int hutch_ops_run(struct hutch_ctx *ctx, const char *kind, const char *sb_id, hutch_err *err);
 
+/* Every state a user's sandbox can be in (docs/lifecycle.md), NULL-terminated.
+ * Warm-pool members waiting to be claimed are in state "pool", not listed. */
+extern const char *const hutch_states[];
+bool hutch_state_known(const char *state);
+/* A state an operation is moving the sandbox out of (pausing, creating, …). */
+bool hutch_state_transitional(const char *state);
+
 /* What `wake` means for a sandbox in `state` (resume, start, restore, or
  * "wake" itself when there is nothing to do). */
 const char *hutch_ops_wake_verb(const char *state);
