@@ -75,3 +75,19 @@ def test_orphan_and_stale_uid_claims_are_released_at_start(start_hutchd):
             if os.path.exists(path):
                 os.unlink(path)
         b.client().delete(sb.json["id"])
+
+
+def test_stop_with_no_sandboxes_leaves_no_cgroup_parent_or_run_dir(start_hutchd):
+    """docs/operations.md: an instance that stops with nothing left removes
+    its empty hutch-<instance> cgroup parents and its run directory."""
+    import os
+    d = start_hutchd()
+    c = d.client()
+    s = c.create(wait=True)
+    assert s.status == 201, s
+    assert hostutil.instance_cgroup_parents(d.instance), "a sandbox's cgroup parents exist while it runs"
+    assert c.delete(s.json["id"]).status == 200
+    assert d.stop() == []
+    d.expect_exit = True  # stopped on purpose: teardown must not object
+    assert hostutil.instance_cgroup_parents(d.instance) == []
+    assert not os.path.exists(d.run_dir)

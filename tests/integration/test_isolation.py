@@ -212,3 +212,13 @@ def test_init_cannot_be_ptraced_from_inside(api, sandbox):
     lines = dict(l.split(" ", 1) for l in r.json["stdout"].strip().splitlines())
     assert lines["child"] == "0 0", r.json  # attach works on an ordinary process
     assert lines["init"].split()[0] == "-1" and lines["init"].split()[1] == "1", r.json  # EPERM on init
+
+
+def test_sys_is_not_mounted(api, sandbox):
+    """docs/threat-model.md: /sys is not mounted inside.  Positive control:
+    the host's /sys has entries."""
+    import os
+    assert os.listdir("/sys")
+    r = api.exec(sandbox["id"], cmd="ls -A /sys 2>/dev/null | wc -l; grep -c ' /sys ' /proc/self/mounts")
+    assert r.status == 200, r
+    assert r.json["stdout"].split() == ["0", "0"], r.json

@@ -530,3 +530,23 @@ def test_states_listed_and_filterable(api, make_sandbox):
     r = api.list(labels=["t=listing"], state="running")
     assert r.status == 200 and r.json["sandboxes"] == [], r
     assert api.get(sb["id"]).json["state"] not in TRANSITIONAL_STATES
+
+
+def test_a_suspended_sandbox_does_not_expire(api):
+    """docs/lifecycle.md: running, paused and stopped sandboxes expire; a
+    suspended one is kept.  Positive control: the same timeout deletes a
+    running sandbox."""
+    control = api.create(wait=True, timeout_s=2)
+    kept = api.create(wait=True, timeout_s=2)
+    assert control.status == 201 and kept.status == 201, (control, kept)
+    try:
+        assert api.lifecycle_ok(kept.json["id"], "suspend")["state"] == "suspended"
+        deadline = time.monotonic() + 15
+        while api.get(control.json["id"]).status != 404 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert api.get(control.json["id"]).status == 404, "the running sandbox did not expire"
+        time.sleep(1.5)  # well past the suspended one's deadline too
+        assert api.get(kept.json["id"]).json["state"] == "suspended"
+    finally:
+        api.delete(kept.json["id"], wait=True)
+        api.delete(control.json["id"], wait=True)
