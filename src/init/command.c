@@ -128,9 +128,10 @@ static void finish_cmd(int slot) {
   struct command *c = cmds[slot];
   struct hutch_buf b;
   hutch_buf_init(&b);
-  if (WIFSIGNALED(c->status)) hutch_tlv_put_i32(&b, HUTCH_TAG_SIGNO, WTERMSIG(c->status));
-  else hutch_tlv_put_i32(&b, HUTCH_TAG_EXIT_CODE, WEXITSTATUS(c->status));
-  hutch_tlv_put_u32(&b, HUTCH_TAG_TIMED_OUT, c->timed_out ? 1 : 0);
+  struct hutch_exit e = {.timed_out = c->timed_out};
+  if (WIFSIGNALED(c->status)) e.signo = WTERMSIG(c->status);
+  else e.exit_code = WEXITSTATUS(c->status);
+  hutch_exit_encode(&b, &e);
   init_send(HUTCH_MSG_EXIT, c->id, b.data, b.len);
   hutch_buf_free(&b);
   close_fd(&c->out_fd);

@@ -238,9 +238,8 @@ static void exit_payload(const struct cmd *c, struct hutch_buf *b) {
     hutch_tlv_put_str(b, HUTCH_TAG_MESSAGE, c->spawn_error);
     return;
   }
-  if (c->signo) hutch_tlv_put_i32(b, HUTCH_TAG_SIGNO, c->signo);
-  else hutch_tlv_put_i32(b, HUTCH_TAG_EXIT_CODE, c->exit_code);
-  hutch_tlv_put_u32(b, HUTCH_TAG_TIMED_OUT, c->timed_out ? 1 : 0);
+  struct hutch_exit e = {.exit_code = c->exit_code, .signo = c->signo, .timed_out = c->timed_out};
+  hutch_exit_encode(b, &e);
 }
 
 /* ---- attaches ----------------------------------------------------------- */
@@ -631,15 +630,11 @@ static void handle_init_frame(const struct hutch_frame_hdr *h, const unsigned ch
     case HUTCH_MSG_STDOUT:
     case HUTCH_MSG_STDERR: hutch_ring_write(&c->ring[h->type == HUTCH_MSG_STDERR], p, h->len); return;
     case HUTCH_MSG_EXIT: {
-      int32_t v = 0;
-      uint32_t to = 0;
-      const unsigned char *val;
-      uint32_t vl;
-      if (hutch_tlv_find(p, h->len, HUTCH_TAG_SIGNO, &val, &vl) == 1 && hutch_tlv_i32(val, vl, &v) == 0) c->signo = v;
-      else if (hutch_tlv_find(p, h->len, HUTCH_TAG_EXIT_CODE, &val, &vl) == 1 && hutch_tlv_i32(val, vl, &v) == 0)
-        c->exit_code = v;
-      hutch_tlv_find_u32(p, h->len, HUTCH_TAG_TIMED_OUT, &to);
-      c->timed_out = to != 0;
+      struct hutch_exit e;
+      hutch_exit_decode(p, h->len, &e);
+      c->signo = e.signo;
+      c->exit_code = e.exit_code;
+      c->timed_out = e.timed_out;
       c->exited = true;
       c->finished_at = now_ms();
       for (int s = 0; s < MAX_STDINREQ; s++)

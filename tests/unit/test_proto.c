@@ -643,7 +643,28 @@ static void test_spawn(void) {
   hutch_buf_free(&b);
 }
 
+static void test_exit(void) {
+  static const struct hutch_exit cases[] = {{0, 0, false}, {3, 0, false}, {0, 9, true}, {0, 15, false}, {255, 0, true}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    struct hutch_buf b;
+    hutch_buf_init(&b);
+    hutch_exit_encode(&b, &cases[i]);
+    struct hutch_exit got;
+    hutch_exit_decode(b.data, b.len, &got);
+    ok(got.exit_code == cases[i].exit_code && got.signo == cases[i].signo && got.timed_out == cases[i].timed_out,
+       "EXIT round trip: code %d signal %d timed_out %d", cases[i].exit_code, cases[i].signo, cases[i].timed_out);
+    hutch_buf_free(&b);
+  }
+  struct hutch_exit got = {7, 7, true};
+  hutch_exit_decode(NULL, 0, &got);
+  ok(got.exit_code == 0 && got.signo == 0 && !got.timed_out, "an empty EXIT payload decodes as a clean exit");
+  unsigned char bad[] = {HUTCH_TAG_SIGNO, 2, 0, 0, 0, 9, 9};
+  hutch_exit_decode(bad, sizeof bad, &got);
+  ok(got.signo == 0, "a wrong-sized SIGNO field is ignored");
+}
+
 int main(void) {
+  test_exit();
   test_header();
   test_buf();
   test_tlv();

@@ -214,6 +214,24 @@ void hutch_decoder_consume(struct hutch_frame_decoder *d, const struct hutch_fra
   d->in.len -= n;
 }
 
+void hutch_exit_encode(struct hutch_buf *b, const struct hutch_exit *e) {
+  if (e->signo) hutch_tlv_put_i32(b, HUTCH_TAG_SIGNO, e->signo);
+  else hutch_tlv_put_i32(b, HUTCH_TAG_EXIT_CODE, e->exit_code);
+  hutch_tlv_put_u32(b, HUTCH_TAG_TIMED_OUT, e->timed_out ? 1 : 0);
+}
+
+void hutch_exit_decode(const void *payload, size_t len, struct hutch_exit *out) {
+  const unsigned char *v;
+  uint32_t vl, to = 0;
+  memset(out, 0, sizeof *out);
+  if (hutch_tlv_find(payload, len, HUTCH_TAG_SIGNO, &v, &vl) != 1 || hutch_tlv_i32(v, vl, &out->signo) < 0)
+    out->signo = 0;
+  if (!out->signo && hutch_tlv_find(payload, len, HUTCH_TAG_EXIT_CODE, &v, &vl) == 1)
+    hutch_tlv_i32(v, vl, &out->exit_code);
+  hutch_tlv_find_u32(payload, len, HUTCH_TAG_TIMED_OUT, &to);
+  out->timed_out = to != 0;
+}
+
 void hutch_spawn_encode(struct hutch_buf *b, const char *const *argv, const char *const *envp, const char *cwd,
                         uint32_t timeout_ms, uint32_t uid, uint32_t gid, uint32_t flags) {
   for (size_t i = 0; argv && argv[i]; i++) hutch_tlv_put_str(b, HUTCH_TAG_ARG, argv[i]);

@@ -189,6 +189,16 @@ int hutch_decoder_pop(struct hutch_frame_decoder *d, struct hutch_frame_hdr *h, 
 /* Drop the frame returned by the last successful pop. */
 void hutch_decoder_consume(struct hutch_frame_decoder *d, const struct hutch_frame_hdr *h);
 
+/* An EXIT payload: a command ended with exit_code, or by signal signo
+ * (signo != 0, exit_code then 0); timed_out when its timeout killed it. */
+struct hutch_exit {
+  int32_t exit_code;
+  int32_t signo;
+  bool timed_out;
+};
+void hutch_exit_encode(struct hutch_buf *b, const struct hutch_exit *e);
+void hutch_exit_decode(const void *payload, size_t len, struct hutch_exit *out);
+
 /* A parsed SPAWN request.  Strings point into the payload (not owned). */
 #define HUTCH_SPAWN_MAX_ARGS 4096
 #define HUTCH_SPAWN_MAX_ENV 4096

@@ -348,15 +348,11 @@ int hutch_shim_exec(const char *socket_path, const struct hutch_exec_req *req, s
     } else if (h.type == HUTCH_MSG_STDERR) {
       capture(&errb, pd, pl, req->max_output, &res->truncated);
     } else if (h.type == HUTCH_MSG_EXIT) {
-      int32_t v32 = 0;
-      uint32_t to = 0;
-      const unsigned char *v;
-      uint32_t vl;
-      if (hutch_tlv_find(pd, pl, HUTCH_TAG_SIGNO, &v, &vl) == 1 && hutch_tlv_i32(v, vl, &v32) == 0) res->signo = v32;
-      else if (hutch_tlv_find(pd, pl, HUTCH_TAG_EXIT_CODE, &v, &vl) == 1 && hutch_tlv_i32(v, vl, &v32) == 0)
-        res->exit_code = v32;
-      hutch_tlv_find_u32(pd, pl, HUTCH_TAG_TIMED_OUT, &to);
-      res->timed_out = to != 0;
+      struct hutch_exit e;
+      hutch_exit_decode(pd, pl, &e);
+      res->signo = e.signo;
+      res->exit_code = e.exit_code;
+      res->timed_out = e.timed_out;
       break;
     } else if (h.type == HUTCH_MSG_ERROR) {
       uint32_t en = 0;

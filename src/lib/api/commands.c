@@ -464,14 +464,11 @@ static bool attach_frame(struct attach_stream *a, const struct hutch_frame_hdr *
       hutch_buf_append(&a->line, "\"}\n", 3);
       return true;
     case HUTCH_MSG_EXIT: {
-      int32_t code = 0, sig = 0;
-      uint32_t to = 0;
-      bool has_sig = hutch_tlv_find(p, n, HUTCH_TAG_SIGNO, &v, &vl) == 1 && hutch_tlv_i32(v, vl, &sig) == 0;
-      if (!has_sig && hutch_tlv_find(p, n, HUTCH_TAG_EXIT_CODE, &v, &vl) == 1) hutch_tlv_i32(v, vl, &code);
-      hutch_tlv_find_u32(p, n, HUTCH_TAG_TIMED_OUT, &to);
+      struct hutch_exit e;
+      hutch_exit_decode(p, n, &e);
       emit_json(&a->line, json_pack("{s:s, s:o, s:o, s:b}", "type", "exit", "exit_code",
-                                    has_sig ? json_null() : json_integer(code), "signal",
-                                    has_sig ? json_integer(sig) : json_null(), "timed_out", to != 0));
+                                    e.signo ? json_null() : json_integer(e.exit_code), "signal",
+                                    e.signo ? json_integer(e.signo) : json_null(), "timed_out", e.timed_out));
       return false;
     }
     case HUTCH_MSG_ERROR: {

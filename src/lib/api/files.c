@@ -516,6 +516,14 @@ static bool require_dir(struct hutch_shim_conn *c, const char *dir, struct hutch
   return true;
 }
 
+/* tar's exit code: 0 only for a clean exit (a signal or a failed start is 1). */
+static int32_t tar_exit_status(uint16_t type, const struct hutch_buf *payload) {
+  if (type != HUTCH_MSG_EXIT) return 1;
+  struct hutch_exit e;
+  hutch_exit_decode(payload->data, payload->len, &e);
+  return e.signo ? 1 : e.exit_code;
+}
+
 struct tar_out {
   struct hutch_shim_conn c;
   uint32_t id;
@@ -542,13 +550,8 @@ static ssize_t tar_read(void *cls, uint64_t pos, char *buf, size_t max) {
       memcpy(t->stderr_tail, t->c.payload.data + t->c.payload.len - n, n);
       t->stderr_tail[n] = 0;
     } else if (h.type == HUTCH_MSG_EXIT || h.type == HUTCH_MSG_ERROR) {
-      int32_t code = 1;
-      const unsigned char *v;
-      uint32_t vl;
-      if (h.type == HUTCH_MSG_EXIT && hutch_tlv_find(t->c.payload.data, t->c.payload.len, HUTCH_TAG_EXIT_CODE, &v, &vl) == 1)
-        hutch_tlv_i32(v, vl, &code);
       t->done = true;
-      t->failed = code != 0;
+      t->failed = tar_exit_status(h.type, &t->c.payload) != 0;
       if (t->failed) hutch_log(LOG_WARN, "files.tar_failed", "stderr", t->stderr_tail, NULL);
     }
   }
@@ -609,12 +612,7 @@ static int tar_in_pump(struct tar_in *t, uint32_t want, hutch_err *err) {
         memcpy(t->stderr_tail + have, t->c.payload.data, n);
         t->stderr_tail[have + n] = 0;
       } else if (h.type == HUTCH_MSG_EXIT || h.type == HUTCH_MSG_ERROR) {
-        const unsigned char *v;
-        uint32_t vl;
-        t->code = 1;
-        if (h.type == HUTCH_MSG_EXIT &&
-            hutch_tlv_find(t->c.payload.data, t->c.payload.len, HUTCH_TAG_EXIT_CODE, &v, &vl) == 1)
-          hutch_tlv_i32(v, vl, &t->code);
+        t->code = tar_exit_status(h.type, &t->c.payload);
         t->exited = true;
         if (!want) return 0;
       }
