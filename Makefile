@@ -8,7 +8,7 @@
 
 BUILD ?= build
 CC ?= cc
-PKGS := libmicrohttpd jansson sqlite3 libseccomp libcap libcurl libcrypto
+PKGS := libmicrohttpd jansson sqlite3 libseccomp libcap libcurl libcrypto libzstd zlib libbtrfsutil
 
 WARN := -Wall -Wextra -Werror=implicit-function-declaration -Werror=format-security \
         -Wshadow -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral -Wstrict-prototypes \
@@ -93,14 +93,21 @@ test:
 FUZZ_SECONDS ?= 10
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -std=gnu11 -D_GNU_SOURCE -Isrc/lib
 FUZZ_COMMON := src/lib/common/err.c src/lib/common/util.c
+# One libFuzzer driver per parser of untrusted input: fuzz/<name>.c, with the
+# library sources it needs in <name>_SRCS and extra libraries in <name>_LIBS.
+FUZZ_TARGETS := fuzz_proto fuzz_json
+fuzz_proto_SRCS := src/lib/agent/proto.c
+fuzz_proto_ARGS := -max_len=70000
+fuzz_json_SRCS := src/lib/api/json.c src/lib/runtime/spec.c
+fuzz_json_LIBS := $(shell pkg-config --libs jansson)
 fuzz:
 	@if ! command -v clang >/dev/null; then echo "fuzz: clang not installed, skipped"; exit 0; fi; \
-	mkdir -p $(BUILD)/fuzz && \
-	clang $(FUZZ_FLAGS) fuzz/fuzz_proto.c src/lib/agent/proto.c $(FUZZ_COMMON) -o $(BUILD)/fuzz/fuzz_proto && \
-	clang $(FUZZ_FLAGS) $(PKG_CFLAGS) fuzz/fuzz_json.c src/lib/api/json.c src/lib/runtime/spec.c $(FUZZ_COMMON) \
-	  -o $(BUILD)/fuzz/fuzz_json $(shell pkg-config --libs jansson) && \
-	$(BUILD)/fuzz/fuzz_proto -max_total_time=$(FUZZ_SECONDS) -max_len=70000 -print_final_stats=0 2>&1 | tail -2 && \
-	$(BUILD)/fuzz/fuzz_json -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 2>&1 | tail -2
+	mkdir -p $(BUILD)/fuzz && set -e && \
+	$(foreach t,$(FUZZ_TARGETS),echo "  FUZZ    $(t)"; \
+	  clang $(FUZZ_FLAGS) $(PKG_CFLAGS) fuzz/$(t).c $($(t)_SRCS) $(FUZZ_COMMON) -o $(BUILD)/fuzz/$(t) $($(t)_LIBS) && \
+	  { $(BUILD)/fuzz/$(t) -max_total_time=$(FUZZ_SECONDS) $($(t)_ARGS) -print_final_stats=0 \
+	      >$(BUILD)/fuzz/$(t).log 2>&1 || { tail -40 $(BUILD)/fuzz/$(t).log; exit 1; }; } && \
+	  tail -1 $(BUILD)/fuzz/$(t).log && ) true
 
 bench: all
 	HUTCH_BUILD=$(abspath $(BUILD)) /usr/bin/python3 bench/bench.py $(BENCH_ARGS)

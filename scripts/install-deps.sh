@@ -12,6 +12,9 @@ PKGS=(
   libcap-dev                           # capabilities
   libcurl4-openssl-dev                 # HTTP client (hutch CLI)
   libssl-dev                           # SHA-256 for API keys; TLS for the gateway later
+  btrfs-progs libbtrfsutil-dev         # storage pool: mkfs.btrfs once, subvolume ioctls, send/receive
+  libzstd-dev zlib1g-dev               # snapshot export streams; OCI layers (gzip, zstd)
+  busybox-static debootstrap           # the `busybox` and `debian` templates
   python3 python3-pytest               # integration tests
   iproute2 procps util-linux           # ip, ps, unshare: used by tests
   ca-certificates                      # CA bundle copied into the `host` template
