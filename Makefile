@@ -100,6 +100,9 @@ fuzz_proto_SRCS := src/lib/agent/proto.c
 fuzz_proto_ARGS := -max_len=70000
 fuzz_json_SRCS := src/lib/api/json.c src/lib/runtime/spec.c
 fuzz_json_LIBS := $(shell pkg-config --libs jansson)
+FUZZ_TARGETS += fuzz_archive
+fuzz_archive_SRCS := src/lib/store/archive.c src/lib/common/hash.c
+fuzz_archive_LIBS := $(shell pkg-config --libs libzstd jansson libcrypto)
 fuzz:
 	@if ! command -v clang >/dev/null; then echo "fuzz: clang not installed, skipped"; exit 0; fi; \
 	mkdir -p $(BUILD)/fuzz && set -e && \

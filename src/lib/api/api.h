@@ -128,6 +128,23 @@ void hutch_h_sandbox_timeout(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_sandbox_metrics(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_metrics(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_events(struct hutch_req *req, struct hutch_resp *resp);
+/* api/storage.c */
+void hutch_h_snapshot_create(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_snapshot_list(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_snapshot_list_all(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_snapshot_get(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_snapshot_delete(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_snapshot_policy_get(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_snapshot_policy_put(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_snapshot_export(struct hutch_req *req, struct hutch_resp *resp);
+extern const struct hutch_upload_ops hutch_u_snapshot_import;
+void hutch_h_sandbox_rollback(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_sandbox_fork(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_template_list(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_template_get(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_template_create(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_template_delete(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_storage(struct hutch_req *req, struct hutch_resp *resp);
 /* Called by http.c after each request, for GET /metrics (api/metrics.c). */
 void hutch_metrics_observe_request(const char *method, const char *route, int status, double seconds);
 

@@ -22,6 +22,7 @@
 
 #include "api/api.h"
 #include "common/util.h"
+#include "store/template.h"
 #include "isolate/cgroup.h"
 #include "lifecycle/events.h"
 
@@ -374,8 +375,18 @@ static void walk_dir(int dfd, unsigned depth, struct disk_walk *w) {
 
 static int disk_usage(struct hutch_ctx *ctx, const char *id, struct disk_walk *w, hutch_err *err) {
   memset(w, 0, sizeof *w);
-  cleanup_free char *dir = hutch_sandbox_dir(ctx, id);
-  cleanup_free char *upper = xasprintf("%s/rootfs/upper", dir);
+  cleanup_free char *root = hutch_rootfs_path(&ctx->pool, id);
+  if (ctx->pool.quotas) {
+    /* What the sandbox alone holds (what its quota limits), as of the last
+     * btrfs commit (at most ~30 s old). */
+    struct hutch_volume_usage u;
+    if (hutch_pool_volume_usage(&ctx->pool, root, &u, err) < 0) return -1;
+    w->bytes = u.exclusive;
+    return 0;
+  }
+  /* No quota groups: count the files the sandbox wrote (overlay: its upper
+   * layer; btrfs without quotas: its whole root, bounded). */
+  cleanup_free char *upper = ctx->pool.kind == HUTCH_POOL_OVERLAY ? xasprintf("%s/upper", root) : xstrdup(root);
   int fd = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return hutch_err_sys(err, errno, "open `%s`", upper);
   struct stat st;

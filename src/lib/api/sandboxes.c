@@ -5,13 +5,15 @@
 #include "api/json.h"
 #include "api/resources.h"
 #include "lifecycle/ops.h"
+#include "lifecycle/snapshots.h"
+#include "store/template.h"
 #include "common/util.h"
 
 #define WAIT_LIFECYCLE_MS 120000
 
 static bool env_key_ok(const char *k) { return *k && !strchr(k, '=') && strlen(k) <= 256; }
 
-static bool label_key_ok(const char *k) {
+bool hutch_label_key_ok(const char *k) {
   size_t n = strlen(k);
   if (n == 0 || n > 63) return false;
   for (const char *p = k; *p; p++)
@@ -39,6 +41,7 @@ json_t *hutch_sandbox_json(struct hutch_ctx *ctx, const struct hutch_sandbox_rec
                         r->expires_at ? json_string(e) : json_null(), "error",
                         r->error ? json_string(r->error) : json_null(), "host", host, "from_pool",
                         !strcmp(r->origin, "pool"));
+  json_object_set(o, "from_snapshot", json_object_get(req, "from_snapshot") ?: json_null());
   const char *ot = json_string_value(json_object_get(req, "on_timeout"));
   json_object_set_new(o, "on_timeout", json_string(ot ? ot : "delete"));
   json_decref(req);
@@ -47,7 +50,7 @@ json_t *hutch_sandbox_json(struct hutch_ctx *ctx, const struct hutch_sandbox_rec
 
 static int parse_create(struct hutch_ctx *ctx, json_t *body, struct hutch_create_req *cr, hutch_err *err) {
   static const char *const top[] = {"template", "runtime", "resources",  "env",          "labels",
-                                    "timeout_s", "on_timeout", "network", "from_snapshot", NULL};
+                                    "timeout_s", "on_timeout", "network", "from_snapshot", "snapshots", NULL};
   static const char *const res_fields[] = {"cpus", "memory_mib", "pids", "disk_mib", NULL};
   memset(cr, 0, sizeof *cr);
   cr->template_name = "host";
@@ -62,7 +65,7 @@ static int parse_create(struct hutch_ctx *ctx, json_t *body, struct hutch_create
       hutch_json_int(body, "", "timeout_s", 1, ctx->cfg.max_timeout_s, &cr->timeout_s, err) < 0 ||
       hutch_json_string_map(body, "", "env", 256, 32768, env_key_ok, "must be non-empty and must not contain `=`",
                             &cr->env, err) < 0 ||
-      hutch_json_string_map(body, "", "labels", 64, 255, label_key_ok, "must match [A-Za-z0-9_.-/]{1,63}",
+      hutch_json_string_map(body, "", "labels", 64, 255, hutch_label_key_ok, "must match [A-Za-z0-9_.-/]{1,63}",
                             &cr->labels, err) < 0)
     return -1;
   json_t *res = json_object_get(body, "resources");
@@ -91,8 +94,35 @@ static int parse_create(struct hutch_ctx *ctx, json_t *body, struct hutch_create
                                     "exists (sandboxes have loopback only)");
   }
   const char *snap = NULL;
-  if (hutch_json_string(body, "", "from_snapshot", 64, &snap, err) < 0) return -1;
-  if (snap) return hutch_err_set(err, 404, "not_found", "snapshot `%s` not found", snap);
+  if (hutch_json_string(body, "", "from_snapshot", 63, &snap, err) < 0) return -1;
+  if (snap) {
+    /* The root comes from the snapshot; so does the template (its /usr). */
+    struct hutch_snapshot_rec s;
+    if (hutch_db_snapshot_get(ctx->db, snap, &s, err) < 0) return hutch_err_wrap(err, "field `from_snapshot`");
+    bool ready = !strcmp(s.state, "ready");
+    const char *tpl = json_string_value(json_object_get(body, "template"));
+    bool clash = tpl && strcmp(tpl, s.template_name);
+    char tname[64];
+    snprintf(tname, sizeof tname, "%s", s.template_name);
+    hutch_snapshot_rec_free(&s);
+    if (!ready) return hutch_err_set(err, 409, "conflict", "field `from_snapshot`: snapshot `%s` is not ready", snap);
+    if (clash)
+      return hutch_err_invalid(err, "fields `template` and `from_snapshot`: snapshot `%s` is of template `%s`", snap,
+                               tname);
+    if (ctx->pool.kind == HUTCH_POOL_OVERLAY && !hutch_template_exists(&ctx->pool, tname))
+      return hutch_err_set(err, 409, "conflict", "snapshot `%s` needs template `%s`, which is not on this host", snap,
+                           tname);
+    cr->from_snapshot = snap;
+    json_object_set_new(body, "__tpl", json_string(tname));
+    cr->template_name = json_string_value(json_object_get(body, "__tpl"));
+  }
+  json_t *pol = json_object_get(body, "snapshots");
+  if (pol && !json_is_null(pol)) {
+    json_t *norm = NULL;
+    if (hutch_snapshot_policy_parse(pol, &norm, err) < 0) return -1;
+    json_object_set_new(body, "__snapshots", norm);
+    cr->snapshots = json_object_get(body, "__snapshots");
+  }
   if (!cr->env) cr->env = json_object_get(body, "env");
   return 0;
 }

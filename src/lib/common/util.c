@@ -7,7 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -366,4 +370,139 @@ int parse_u64(const char *s, uint64_t max, uint64_t *out) {
   }
   *out = v;
   return 0;
+}
+
+/* ---- subprocesses ----------------------------------------------------------- */
+
+/* The program's path, searched like execvp (before the clone: the child
+ * must not allocate). */
+static char *find_program(const char *name) {
+  if (strchr(name, '/')) return xstrdup(name);
+  const char *path = getenv("PATH");
+  if (!path || !*path) path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  for (const char *p = path; *p;) {
+    size_t n = strcspn(p, ":");
+    char *cand = xasprintf("%.*s/%s", (int)n, p, name);
+    if (access(cand, X_OK) == 0) return cand;
+    free(cand);
+    p += n;
+    if (*p) p++;
+  }
+  return NULL;
+}
+
+/* hutchd ignores SIGCHLD so that the kernel reaps its shims, which also
+ * reaps these children before anyone can wait for them.  So a small middle
+ * process (cloned raw: no atfork handlers, no allocation) starts the program,
+ * waits for it, and writes its wait status to a pipe; the kernel reaps the
+ * middle process. */
+int hutch_spawn(const char *const argv[], int in_fd, int out_fd, struct hutch_child *child, hutch_err *err) {
+  cleanup_free char *prog = find_program(argv[0]);
+  if (!prog) return hutch_err_sys(err, ENOENT, "run `%s`: not found in PATH", argv[0]);
+  int pipefd[2], statfd[2];
+  if (pipe2(pipefd, O_CLOEXEC) < 0) return hutch_err_sys(err, errno, "pipe for `%s`", argv[0]);
+  if (pipe2(statfd, O_CLOEXEC) < 0) {
+    int e = errno;
+    close(pipefd[0]);
+    close(pipefd[1]);
+    return hutch_err_sys(err, e, "pipe for `%s`", argv[0]);
+  }
+  int null_fd = in_fd >= 0 ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
+  extern char **environ;
+  pid_t c = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
+  if (c < 0) {
+    int e = errno;
+    close(pipefd[0]);
+    close(pipefd[1]);
+    close(statfd[0]);
+    close(statfd[1]);
+    if (null_fd >= 0) close(null_fd);
+    return hutch_err_sys(err, e, "clone for `%s`", argv[0]);
+  }
+  if (c == 0) {
+    /* Async-signal-safe calls only from here on. */
+    sigset_t none;
+    sigemptyset(&none);
+    for (int sig = 1; sig < 65; sig++) signal(sig, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    pid_t g = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
+    if (g == 0) {
+      int in = in_fd >= 0 ? in_fd : null_fd, out = out_fd >= 0 ? out_fd : pipefd[1];
+      if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(pipefd[1], 2) < 0) _exit(127);
+      execve(prog, (char *const *)argv, environ);
+      _exit(127);
+    }
+    int st = 127 << 8;
+    /* The middle process keeps no end of the program's pipes open. */
+    close(pipefd[0]);
+    close(pipefd[1]);
+    if (in_fd >= 0) close(in_fd);
+    if (out_fd >= 0) close(out_fd);
+    if (g > 0)
+      while (waitpid(g, &st, 0) < 0 && errno == EINTR) {
+      }
+    (void)!write(statfd[1], &st, sizeof st);
+    _exit(0);
+  }
+  close(pipefd[1]);
+  close(statfd[1]);
+  if (null_fd >= 0) close(null_fd);
+  child->pid = c;
+  child->output_fd = pipefd[0];
+  child->status_fd = statfd[0];
+  return 0;
+}
+
+int hutch_spawn_wait(const char *name, struct hutch_child *child, hutch_run_line_fn on_line, void *arg,
+                     hutch_err *err) {
+  int fd = child->output_fd;
+  /* Keep the last line-ful of output for the error message; hand complete
+   * lines to on_line as they come. */
+  char tail[1024] = "", line[1024];
+  size_t tl = 0, ll = 0;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; i++) {
+      char c = buf[i];
+      if (c == '\n' || c == '\r' || ll == sizeof line - 1) {
+        line[ll] = 0;
+        if (ll) {
+          if (on_line) on_line(arg, line);
+          snprintf(tail, sizeof tail, "%s", line);
+          tl = ll;
+        }
+        ll = 0;
+        if (c == '\n' || c == '\r') continue;
+      }
+      line[ll++] = c;
+    }
+  }
+  if (ll) {
+    line[ll] = 0;
+    if (on_line) on_line(arg, line);
+    snprintf(tail, sizeof tail, "%s", line);
+    tl = ll;
+  }
+  close(fd);
+  int status = -1;
+  ssize_t n;
+  do n = read(child->status_fd, &status, sizeof status);
+  while (n < 0 && errno == EINTR);
+  close(child->status_fd);
+  child->output_fd = child->status_fd = -1;
+  if (n != (ssize_t)sizeof status) return hutch_err_sys(err, ECHILD, "`%s`: no exit status", name);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  if (WIFSIGNALED(status))
+    return hutch_err_sys(err, 0, "`%s` killed by signal %d%s%s", name, WTERMSIG(status), tl ? ": " : "", tail);
+  return hutch_err_sys(err, 0, "`%s` exited with status %d%s%s", name, WEXITSTATUS(status), tl ? ": " : "", tail);
+}
+
+int hutch_run(const char *const argv[], int in_fd, int out_fd, hutch_run_line_fn on_line, void *arg,
+              hutch_err *err) {
+  struct hutch_child c;
+  if (hutch_spawn(argv, in_fd, out_fd, &c, err) < 0) return -1;
+  return hutch_spawn_wait(argv[0], &c, on_line, arg, err);
 }

@@ -66,6 +66,23 @@ void hex_encode(const unsigned char *in, size_t n, char *out /* 2n+1 */);
 int set_cloexec(int fd);
 int set_nonblock(int fd, bool on);
 
+/* Run a program (PATH searched) and wait for it.  stdin from in_fd (-1:
+ * /dev/null), stdout to out_fd (-1: captured with stderr).  Each line of the
+ * captured output goes to on_line (may be NULL).  A failure names the program,
+ * its exit status and its last line of output. */
+typedef void (*hutch_run_line_fn)(void *arg, const char *line);
+int hutch_run(const char *const argv[], int in_fd, int out_fd, hutch_run_line_fn on_line, void *arg, hutch_err *err);
+/* The same in two steps, for a program whose stdin or stdout the caller
+ * feeds or drains meanwhile (hutch_spawn_wait closes the child's fds). */
+struct hutch_child {
+  pid_t pid;      /* the middle process (see util.c), not the program */
+  int output_fd;  /* the program's stderr (and stdout when out_fd was -1) */
+  int status_fd;  /* its wait status arrives here */
+};
+int hutch_spawn(const char *const argv[], int in_fd, int out_fd, struct hutch_child *child, hutch_err *err);
+int hutch_spawn_wait(const char *name, struct hutch_child *child, hutch_run_line_fn on_line, void *arg,
+                     hutch_err *err);
+
 /* Parse a non-negative decimal integer, full string, bounded by max. */
 int parse_u64(const char *s, uint64_t max, uint64_t *out);
 

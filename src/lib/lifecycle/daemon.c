@@ -17,6 +17,7 @@
 #include "isolate/userns.h"
 #include "lifecycle/events.h"
 #include "lifecycle/ops.h"
+#include "lifecycle/snapshots.h"
 #include "runtime/runtime.h"
 #include "store/template.h"
 
@@ -24,6 +25,7 @@ struct hutch_opq {
   char op_id[64];
   char sb_id[64];
   char kind[16];
+  char *arg; /* the operation's argument (snapshot id, template name), or NULL */
   struct hutch_opq *next;
 };
 
@@ -41,9 +43,14 @@ void hutch_config_defaults(struct hutch_config *c) {
   c->pool_template = xstrdup("host");
   c->output_buffer = 1u << 20;
   c->attach_token_ttl_s = 900;
+  c->storage_backend = xstrdup("auto");
+  c->storage_quota = xstrdup("auto");
+  c->max_fork = 100;
 }
 
 void hutch_config_free(struct hutch_config *c) {
+  free(c->storage_backend);
+  free(c->storage_quota);
   free(c->data_dir);
   free(c->socket_path);
   free(c->listen_addr);
@@ -67,8 +74,10 @@ uint32_t hutch_uid_base_for_slot(struct hutch_ctx *ctx, int64_t slot) {
 
 /* ---- operation queue ---------------------------------------------------- */
 
-static void enqueue(struct hutch_ctx *ctx, const char *op_id, const char *sb_id, const char *kind) {
+static void enqueue_arg(struct hutch_ctx *ctx, const char *op_id, const char *sb_id, const char *kind,
+                        const char *arg) {
   struct hutch_opq *q = xcalloc(1, sizeof *q);
+  q->arg = arg ? xstrdup(arg) : NULL;
   snprintf(q->op_id, sizeof q->op_id, "%s", op_id);
   snprintf(q->sb_id, sizeof q->sb_id, "%s", sb_id);
   snprintf(q->kind, sizeof q->kind, "%s", kind);
@@ -78,6 +87,10 @@ static void enqueue(struct hutch_ctx *ctx, const char *op_id, const char *sb_id,
   ctx->queue_tail = q;
   pthread_cond_broadcast(&ctx->work);
   pthread_mutex_unlock(&ctx->mu);
+}
+
+static void enqueue(struct hutch_ctx *ctx, const char *op_id, const char *sb_id, const char *kind) {
+  enqueue_arg(ctx, op_id, sb_id, kind, NULL);
 }
 
 static bool is_busy(struct hutch_ctx *ctx, const char *sb_id);
@@ -154,7 +167,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&ctx->mu);
     hutch_err err = HUTCH_ERR_INIT, e2 = HUTCH_ERR_INIT;
     hutch_db_op_set_state(ctx->db, q->op_id, "running", NULL, &e2);
-    int r = hutch_ops_run(ctx, q->kind, q->sb_id, &err);
+    int r = hutch_ops_run(ctx, q->kind, q->sb_id, q->arg, &err);
     if (r < 0) hutch_log(LOG_ERROR, "operation.failed", "op", q->op_id, "kind", q->kind, "reason", err.msg, NULL);
     if (hutch_db_op_set_state(ctx->db, q->op_id, r < 0 ? "failed" : "succeeded", r < 0 ? &err : NULL, &e2) < 0)
       hutch_log(LOG_ERROR, "operation.record_failed", "op", q->op_id, "reason", e2.msg, NULL);
@@ -165,12 +178,15 @@ static void *worker_main(void *arg) {
       pthread_mutex_unlock(&ctx->mu);
     }
     release_busy(ctx, q->sb_id);
+    free(q->arg);
     free(q);
   }
 }
 
-static int new_op(struct hutch_ctx *ctx, const char *kind, const char *sb_id, char op_id[64], hutch_err *err) {
+static int new_op_arg(struct hutch_ctx *ctx, const char *kind, const char *sb_id, const char *arg, char op_id[64],
+                      hutch_err *err) {
   struct hutch_op_rec op = {0};
+  op.arg = (char *)arg;
   hutch_random_id("op", op.id, sizeof op.id);
   snprintf(op.kind, sizeof op.kind, "%s", kind);
   snprintf(op.sandbox_id, sizeof op.sandbox_id, "%s", sb_id);
@@ -178,6 +194,17 @@ static int new_op(struct hutch_ctx *ctx, const char *kind, const char *sb_id, ch
   op.created_at = now_ms();
   if (hutch_db_op_insert(ctx->db, &op, err) < 0) return -1;
   memcpy(op_id, op.id, 64);
+  return 0;
+}
+
+static int new_op(struct hutch_ctx *ctx, const char *kind, const char *sb_id, char op_id[64], hutch_err *err) {
+  return new_op_arg(ctx, kind, sb_id, NULL, op_id, err);
+}
+
+int hutch_lc_queue(struct hutch_ctx *ctx, const char *kind, const char *key, const char *arg, char op_id[64],
+                   hutch_err *err) {
+  if (new_op_arg(ctx, kind, key, arg, op_id, err) < 0) return -1;
+  enqueue_arg(ctx, op_id, key, kind, arg);
   return 0;
 }
 
@@ -201,6 +228,8 @@ static char *normalized_request(const struct hutch_create_req *req) {
                            req->on_timeout ? req->on_timeout : "delete");
   json_decref(empty);
   if (!norm) return NULL;
+  if (req->from_snapshot) json_object_set_new(norm, "from_snapshot", json_string(req->from_snapshot));
+  if (req->snapshots) json_object_set(norm, "snapshots", req->snapshots);
   char *s = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(norm);
   return s;
@@ -254,7 +283,8 @@ static void pool_fill(struct hutch_ctx *ctx) {
 static bool pool_matches(struct hutch_ctx *ctx, const struct hutch_create_req *req, const char *runtime) {
   struct hutch_create_req d;
   hutch_create_req_defaults(ctx, &d, ctx->cfg.pool_template);
-  return ctx->cfg.pool_size && !strcmp(req->template_name, ctx->cfg.pool_template) &&
+  return ctx->cfg.pool_size && !req->from_snapshot && !req->snapshots &&
+         !strcmp(req->template_name, ctx->cfg.pool_template) &&
          !strcmp(runtime, hutch_runtime_native.name) && req->cpus == d.cpus && req->memory_mib == d.memory_mib &&
          req->pids == d.pids && req->disk_mib == d.disk_mib;
 }
@@ -289,7 +319,7 @@ int hutch_lc_get(struct hutch_ctx *ctx, const char *sb_id, struct hutch_sandbox_
 
 int hutch_lc_create(struct hutch_ctx *ctx, const struct hutch_create_req *req, char sb_id[64], char op_id[64],
                     hutch_err *err) {
-  if (!hutch_template_exists(ctx->cfg.data_dir, req->template_name))
+  if (!req->from_snapshot && !hutch_template_exists(&ctx->pool, req->template_name))
     return hutch_err_set(err, 404, "not_found", "template `%s` not found", req->template_name);
   const struct hutch_runtime_ops *rt = hutch_runtime_get(req->runtime);
   if (!rt) {
@@ -535,6 +565,7 @@ static void *reaper_main(void *arg) {
         }
         live = false;
       }
+      if (!is_busy_locked(ctx, r->id)) hutch_lc_auto_snapshots(ctx, r, now);
       bool expirable = live || !strcmp(r->state, "stopped");
       if (expirable && r->expires_at && r->expires_at <= now && strcmp(r->origin, "pool") != 0) {
         char op[64];
@@ -596,7 +627,10 @@ int hutch_ctx_start(struct hutch_ctx *ctx, hutch_err *err) {
   if (load_token_key(ctx, err) < 0) return -1;
   cleanup_free char *dbpath = xasprintf("%s/state.db", ctx->cfg.data_dir);
   if (hutch_db_open(dbpath, &ctx->db, err) < 0) return -1;
-  if (hutch_template_ensure_host(ctx->cfg.data_dir, err) < 0) return -1;
+  struct hutch_pool_opts po = {.backend = ctx->cfg.storage_backend, .size_bytes = ctx->cfg.storage_size,
+                               .quota = ctx->cfg.storage_quota};
+  if (hutch_pool_open(&ctx->pool, ctx->cfg.data_dir, &po, err) < 0) return -1;
+  if (hutch_lc_templates_init(ctx, err) < 0) return hutch_err_wrap(err, "templates");
   reconcile(ctx);
   ctx->nthreads = (size_t)(ctx->cfg.workers > 0 ? ctx->cfg.workers : 1);
   ctx->threads = xcalloc(ctx->nthreads, sizeof *ctx->threads);
@@ -624,6 +658,7 @@ void hutch_ctx_stop(struct hutch_ctx *ctx) {
   while (ctx->queue_head) {
     struct hutch_opq *q = ctx->queue_head;
     ctx->queue_head = q->next;
+    free(q->arg);
     free(q);
   }
   for (size_t i = 0; i < ctx->nbusy; i++) free(ctx->busy[i]);
@@ -635,4 +670,5 @@ void hutch_ctx_stop(struct hutch_ctx *ctx) {
   }
   hutch_db_close(ctx->db);
   ctx->db = NULL;
+  hutch_pool_close(&ctx->pool);
 }

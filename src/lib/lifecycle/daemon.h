@@ -16,6 +16,7 @@
 #include "agent/shim_client.h"
 #include "common/err.h"
 #include "store/db.h"
+#include "store/pool.h"
 
 struct hutch_config {
   char *data_dir;     /* state.db, templates/, sandboxes/ */
@@ -34,6 +35,10 @@ struct hutch_config {
   char *pool_template;  /* template of the warm pool */
   size_t output_buffer; /* shim ring buffer per command output stream */
   uint32_t attach_token_ttl_s;
+  char *storage_backend; /* auto | btrfs | overlay (docs/storage.md) */
+  uint64_t storage_size; /* pool image size; 0: default (grows when raised) */
+  char *storage_quota;   /* auto | on | off */
+  uint32_t max_fork;     /* most sandboxes one fork call makes */
 };
 
 void hutch_config_defaults(struct hutch_config *c);
@@ -46,6 +51,7 @@ struct hutch_ctx {
   char instance[16]; /* 12 hex chars of sha256(realpath(data_dir)) */
   char cgroup_version[4];
   struct hutch_db *db;
+  struct hutch_pool pool;
   pthread_mutex_t mu;
   pthread_cond_t work;    /* signalled when an operation is queued */
   pthread_cond_t done;    /* broadcast when an operation finishes */
@@ -75,6 +81,8 @@ struct hutch_create_req {
   json_t *labels; /* object of strings (borrowed) */
   int64_t timeout_s;
   const char *on_timeout; /* "delete" (default) or "suspend" */
+  const char *from_snapshot; /* make the root from this snapshot, not the template */
+  json_t *snapshots;         /* automatic snapshot policy (borrowed), or NULL */
 };
 
 /* Accept a create: validates what can be checked now (template, runtime),
@@ -113,6 +121,11 @@ int hutch_lc_get_running(struct hutch_ctx *ctx, const char *sb_id, struct hutch_
  * Returns a NULL-terminated array of "K=V" (free with hutch_envp_free). */
 char **hutch_lc_command_env(const struct hutch_sandbox_rec *r, json_t *extra);
 void hutch_envp_free(char **envp);
+
+/* Queue operation `kind` on `key` (a sandbox id, or "template:<name>") with
+ * `arg`; operations on one key run in order. */
+int hutch_lc_queue(struct hutch_ctx *ctx, const char *kind, const char *key, const char *arg, char op_id[64],
+                   hutch_err *err);
 
 /* Paths (caller frees). */
 char *hutch_sandbox_dir(struct hutch_ctx *ctx, const char *id);

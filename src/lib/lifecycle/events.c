@@ -208,6 +208,13 @@ void hutch_events_publish_state(const char *sb_id, const char *state, const char
                          previous && *previous ? json_string(previous) : json_null(), "at", at));
 }
 
+void hutch_events_publish_snapshot(const char *snap_id, const char *sb_id, const char *state) {
+  char at[32];
+  iso8601(now_ms(), at);
+  publish_json("snapshot.state", sb_id,
+               json_pack("{s:s, s:s, s:s, s:s}", "snapshot", snap_id, "sandbox", sb_id, "state", state, "at", at));
+}
+
 void hutch_events_publish_op(const char *op_id, const char *kind, const char *sb_id, const char *state,
                              const hutch_err *err) {
   pthread_mutex_lock(&global_bus.mu);

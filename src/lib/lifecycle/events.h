@@ -73,9 +73,11 @@ size_t hutch_events_op_counts(struct hutch_events *b, struct hutch_events_op_cou
 /* What the lifecycle publishes on hutchd's bus (docs/api.md, events):
  *   sandbox.state      {"sandbox","state","previous","at"}
  *   operation.finished {"operation","kind","sandbox","state","error"}
+ *   snapshot.state     {"snapshot","sandbox","state","at"} (ready, deleted)
  * publish_state does nothing when state equals previous (a state set twice
  * is one change).  `previous` and `err` may be NULL. */
 void hutch_events_publish_state(const char *sb_id, const char *state, const char *previous);
+void hutch_events_publish_snapshot(const char *snap_id, const char *sb_id, const char *state);
 void hutch_events_publish_op(const char *op_id, const char *kind, const char *sb_id, const char *state,
                              const hutch_err *err);
 

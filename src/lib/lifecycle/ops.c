@@ -67,14 +67,14 @@ static int build_spec(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, 
   json_decref(req);
   char hn[64];
   hutch_hostname_for(r->id, hn);
-  cleanup_free char *dir = hutch_sandbox_dir(ctx, r->id);
   s->id = xstrdup(r->id);
   s->instance = xstrdup(ctx->instance);
   s->runtime = xstrdup(r->runtime);
-  s->rootfs = xasprintf("%s/rootfs", dir);
-  s->lower = xasprintf("%s/templates/%s", ctx->cfg.data_dir, r->template_name);
-  const char *usr = hutch_template_usr_src(r->template_name);
-  s->usr_src = usr ? xstrdup(usr) : NULL;
+  s->rootfs = hutch_rootfs_path(&ctx->pool, r->id);
+  /* btrfs: the root is the sandbox's own subvolume.  overlay: the template
+   * is the lower layer under the sandbox's upper one. */
+  if (ctx->pool.kind == HUTCH_POOL_OVERLAY) s->lower = hutch_template_path(&ctx->pool, r->template_name);
+  s->usr_src = hutch_template_usr_src(&ctx->pool, s->lower ? s->lower : s->rootfs);
   s->init_path = xasprintf("%s/hutch-init", ctx->cfg.libexec_dir);
   s->hostname = xstrdup(hn);
   s->uid_base = r->uid_slot >= 0 ? hutch_uid_base_for_slot(ctx, r->uid_slot) : 0;
@@ -165,6 +165,7 @@ int hutch_ops_release_all(struct hutch_ctx *ctx, const struct hutch_sandbox_rec 
   if (runtime_down(ctx, &r, err) < 0) return -1;
   cleanup_free char *dir = hutch_sandbox_dir(ctx, r.id);
   if (rm_rf(dir, err) < 0) return hutch_err_wrap(err, "remove sandbox directory");
+  if (hutch_rootfs_remove(&ctx->pool, r.id, err) < 0) return hutch_err_wrap(err, "remove sandbox root");
   if (r.uid_slot >= 0 && hutch_uid_slot_release(ctx->cfg.uid_lock_dir, (uint32_t)r.uid_slot, err) < 0) return -1;
   return 0;
 }
@@ -230,6 +231,10 @@ static const struct verb_fit fits[] = {
     {"suspend", "running paused stopped", "suspended"},
     {"restore", "suspended", "running"},
     {"wake", "paused stopped suspended", "running"},
+    /* Processes cannot survive their files changing under them: a running
+     * sandbox is paused or stopped first (a paused one restarts). */
+    {"rollback", "paused stopped suspended", ""},
+    {"snapshot", "running paused stopped suspended", ""},
 };
 
 static bool word_in(const char *w, const char *list) {
@@ -246,11 +251,12 @@ static bool word_in(const char *w, const char *list) {
 
 const char *const hutch_states[] = {
     "accepted", "creating", "running", "paused",   "stopped",   "suspended", "error",
-    "pausing",  "resuming", "stopping", "starting", "suspending", "restoring", "deleting", NULL,
+    "pausing",  "resuming", "stopping", "starting", "suspending", "restoring", "deleting", "rolling_back", NULL,
 };
 
-static const char *const transitional_states[] = {"accepted", "creating", "pausing",   "resuming", "stopping",
-                                                  "starting", "suspending", "restoring", "deleting", NULL};
+static const char *const transitional_states[] = {"accepted",   "creating",  "pausing",  "resuming",
+                                                  "stopping",   "starting",  "suspending", "restoring",
+                                                  "deleting",   "rolling_back", NULL};
 
 static bool in_list(const char *s, const char *const *list) {
   for (size_t i = 0; list[i]; i++)
@@ -297,9 +303,18 @@ static int do_create(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_e
   {
     char hn[64];
     hutch_hostname_for(id, hn);
-    cleanup_free char *rootfs = xasprintf("%s/rootfs", dir);
+    json_error_t je;
+    json_t *req = json_loads(r->request, 0, &je);
+    uint64_t disk = (uint64_t)json_integer_value(json_object_get(json_object_get(req, "resources"), "disk_mib")) << 20;
+    const char *snap = json_string_value(json_object_get(req, "from_snapshot"));
+    cleanup_free char *from = snap ? hutch_pool_path(&ctx->pool, "snapshots", snap) : NULL;
     t_rootfs = mono_us();
-    if (hutch_rootfs_create(ctx->cfg.data_dir, r->template_name, rootfs, hn, err) < 0) goto fail;
+    int rc = hutch_rootfs_create(&ctx->pool, r->template_name, from, id, hn, disk, err);
+    json_decref(req);
+    if (rc < 0) {
+      if (from && access(from, F_OK) < 0) hutch_err_set(err, 404, "not_found", "snapshot `%s` not found", snap);
+      goto fail;
+    }
     t_rootfs = mono_us() - t_rootfs;
   }
   FAULT("create.rootfs");
@@ -337,7 +352,8 @@ static int do_delete(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_e
   FAULT("delete.begin");
   if (runtime_down(ctx, r, err) < 0) goto fail;
   FAULT("delete.shim");
-  if (rm_rf(dir, err) < 0) goto fail;
+  if (rm_rf(dir, err) < 0 || hutch_rootfs_remove(&ctx->pool, id, err) < 0) goto fail;
+  hutch_snapshots_drop_auto(ctx, id);
   FAULT("delete.files");
   slot_release(ctx, r);
   FAULT("delete.row");
@@ -484,7 +500,137 @@ fail:
   return -1;
 }
 
-int hutch_ops_run(struct hutch_ctx *ctx, const char *kind, const char *sb_id, hutch_err *err) {
+/* ---- storage ------------------------------------------------------------ */
+
+/* Where a sandbox's files are, for a snapshot: its root (btrfs), or its
+ * upper layer (overlay: only the changes). */
+static char *snapshot_source(struct hutch_ctx *ctx, const char *id) {
+  cleanup_free char *root = hutch_rootfs_path(&ctx->pool, id);
+  return ctx->pool.kind == HUTCH_POOL_BTRFS ? steal_pointer(&root) : xasprintf("%s/upper", root);
+}
+
+/* A consistent file snapshot: the sandbox is frozen while the read-only
+ * snapshot is taken (a few ms on btrfs), so no write is half-seen.  The
+ * row was made in state `creating` when the call was accepted. */
+static int do_snapshot(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, const char *snap_id, hutch_err *err) {
+  cleanup_free char *src = snapshot_source(ctx, r->id);
+  cleanup_free char *root = hutch_rootfs_path(&ctx->pool, r->id);
+  cleanup_free char *dst = hutch_pool_path(&ctx->pool, "snapshots", snap_id);
+  bool frozen = false;
+  uint64_t t0 = mono_us(), t_freeze = 0;
+  if (!strcmp(r->state, "running")) {
+    if (freeze(ctx, r, true, err) < 0) goto fail;
+    frozen = true;
+    t_freeze = mono_us();
+  }
+  FAULT("snapshot.frozen");
+  if (hutch_pool_volume_clone(&ctx->pool, src, dst, true, err) < 0) goto fail;
+  if (frozen) {
+    frozen = false;
+    t_freeze = mono_us() - t_freeze;
+    if (freeze(ctx, r, false, err) < 0) goto fail;
+  }
+  FAULT("snapshot.taken");
+  struct hutch_volume_usage u;
+  if (hutch_pool_volume_usage(&ctx->pool, root, &u, err) < 0) u.generation = 0;
+  hutch_err_clear(err);
+  if (hutch_db_snapshot_set_ready(ctx->db, snap_id, u.generation, err) < 0) goto fail;
+  char ms[32], fms[32];
+  snprintf(ms, sizeof ms, "%.3f", (double)(mono_us() - t0) / 1000.0);
+  snprintf(fms, sizeof fms, "%.3f", (double)t_freeze / 1000.0);
+  hutch_log(LOG_INFO, "snapshot.created", "id", snap_id, "sandbox", r->id, "dur_ms", ms, "frozen_ms", fms, NULL);
+  hutch_events_publish_snapshot(snap_id, r->id, "ready");
+  return 0;
+fail:
+  hutch_err_wrap(err, "snapshot sandbox %s", r->id);
+  {
+    hutch_err e2 = HUTCH_ERR_INIT;
+    if (frozen) freeze(ctx, r, false, &e2);
+    if (hutch_pool_volume_remove(&ctx->pool, dst, &e2) < 0)
+      hutch_log(LOG_ERROR, "snapshot.cleanup_failed", "id", snap_id, "reason", e2.msg, NULL);
+    hutch_db_snapshot_delete(ctx->db, snap_id, &e2);
+  }
+  return -1;
+}
+
+/* Put the aside root back after a rollback that did not finish. */
+static void rollback_undo(struct hutch_ctx *ctx, const char *id) {
+  cleanup_free char *root = hutch_rootfs_path(&ctx->pool, id);
+  cleanup_free char *aside = xasprintf("%s.rollback", root);
+  hutch_err e = HUTCH_ERR_INIT;
+  if (access(aside, F_OK) < 0) return;
+  if (access(root, F_OK) == 0) {
+    hutch_pool_volume_remove(&ctx->pool, aside, &e); /* the new root was complete */
+    return;
+  }
+  if (rename(aside, root) < 0) hutch_log(LOG_ERROR, "rollback.undo_failed", "id", id, "reason", strerror(errno), NULL);
+}
+
+static int do_rollback(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, const char *snap_id, hutch_err *err) {
+  struct hutch_snapshot_rec snap;
+  if (hutch_db_snapshot_get(ctx->db, snap_id, &snap, err) < 0) return -1;
+  bool mine = !strcmp(snap.sandbox_id, r->id), ready = !strcmp(snap.state, "ready");
+  hutch_snapshot_rec_free(&snap);
+  if (!mine)
+    return hutch_err_invalid(err, "snapshot `%s` is not a snapshot of sandbox `%s`", snap_id, r->id);
+  if (!ready) return hutch_err_set(err, 409, "conflict", "snapshot `%s` is not ready", snap_id);
+  char was[16];
+  snprintf(was, sizeof was, "%s", r->state);
+  bool restart = !strcmp(was, "paused");
+  cleanup_free char *root = hutch_rootfs_path(&ctx->pool, r->id);
+  cleanup_free char *aside = xasprintf("%s.rollback", root);
+  cleanup_free char *from = hutch_pool_path(&ctx->pool, "snapshots", snap_id);
+  json_error_t je;
+  json_t *req = json_loads(r->request, 0, &je);
+  uint64_t disk = (uint64_t)json_integer_value(json_object_get(json_object_get(req, "resources"), "disk_mib")) << 20;
+  json_decref(req);
+  char hn[64];
+  hutch_hostname_for(r->id, hn);
+  if (set_state(ctx, r->id, "rolling_back", was, NULL, err) < 0) goto fail;
+  if (restart && runtime_down(ctx, r, err) < 0) goto fail;
+  FAULT("rollback.down");
+  if (rename(root, aside) < 0) {
+    hutch_err_sys(err, errno, "set `%s` aside", root);
+    goto fail;
+  }
+  FAULT("rollback.aside");
+  if (hutch_rootfs_create(&ctx->pool, r->template_name, from, r->id, hn, disk, err) < 0) {
+    rollback_undo(ctx, r->id);
+    goto fail;
+  }
+  FAULT("rollback.swapped");
+  {
+    hutch_err e2 = HUTCH_ERR_INIT;
+    if (hutch_pool_volume_remove(&ctx->pool, aside, &e2) < 0)
+      hutch_log(LOG_WARN, "rollback.cleanup_failed", "id", r->id, "reason", e2.msg, NULL);
+  }
+  if (restart) {
+    /* The paused processes ended with the old files: boot on the new ones. */
+    if (slot_claim(ctx, r, err) < 0 || shim_up(ctx, r, NULL, err) < 0) goto fail;
+    if (set_state(ctx, r->id, "running", "rolling_back", NULL, err) < 0) return -1;
+    renew_deadline(ctx, r);
+  } else if (set_state(ctx, r->id, was, "rolling_back", NULL, err) < 0) {
+    return -1;
+  }
+  hutch_log(LOG_INFO, "sandbox.rolled_back", "id", r->id, "snapshot", snap_id, NULL);
+  return 0;
+fail:
+  hutch_err_wrap(err, "roll back sandbox %s", r->id);
+  {
+    hutch_err e2 = HUTCH_ERR_INIT;
+    rollback_undo(ctx, r->id);
+    if (!restart) {
+      set_state(ctx, r->id, was, "rolling_back", NULL, &e2);
+    } else {
+      runtime_down(ctx, r, &e2);
+      set_state(ctx, r->id, "stopped", "rolling_back", NULL, &e2);
+    }
+  }
+  return -1;
+}
+
+int hutch_ops_run(struct hutch_ctx *ctx, const char *kind, const char *sb_id, const char *arg, hutch_err *err) {
+  if (!strcmp(kind, "template")) return hutch_ops_template_build(ctx, sb_id, arg, err);
   struct hutch_sandbox_rec r;
   if (hutch_db_sandbox_get(ctx->db, sb_id, &r, err) < 0) {
     /* Deleting what is already gone (a failed create removed it) is done. */
@@ -511,6 +657,8 @@ int hutch_ops_run(struct hutch_ctx *ctx, const char *kind, const char *sb_id, hu
     else if (!strcmp(verb, "start")) ret = do_start(ctx, &r, err);
     else if (!strcmp(verb, "suspend")) ret = do_suspend(ctx, &r, err);
     else if (!strcmp(verb, "restore")) ret = do_restore(ctx, &r, err);
+    else if (!strcmp(verb, "snapshot") && arg) ret = do_snapshot(ctx, &r, arg, err);
+    else if (!strcmp(verb, "rollback") && arg) ret = do_rollback(ctx, &r, arg, err);
     else ret = hutch_err_invalid(err, "unknown operation `%s`", kind);
     if (ret == 0) hutch_log(LOG_INFO, "sandbox.lifecycle", "id", sb_id, "op", verb, NULL);
   }
@@ -560,7 +708,14 @@ void hutch_ops_reconcile(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r) {
     hutch_log(LOG_INFO, "sandbox.readopted", "id", r->id, NULL);
     return;
   }
-  if (!strcmp(s, "stopping")) {
+  if (!strcmp(s, "rolling_back")) {
+    /* Interrupted: keep whichever root is whole; nothing runs. */
+    rollback_undo(ctx, r->id);
+    cleanup_free char *root = hutch_rootfs_path(&ctx->pool, r->id);
+    if (runtime_down(ctx, r, &e) == 0)
+      set_state(ctx, r->id, access(root, F_OK) == 0 ? "stopped" : "error", s,
+                access(root, F_OK) == 0 ? NULL : "rollback interrupted: the sandbox has no root", &e);
+  } else if (!strcmp(s, "stopping")) {
     if (runtime_down(ctx, r, &e) == 0) set_state(ctx, r->id, "stopped", s, NULL, &e);
   } else if (!strcmp(s, "starting")) {
     if (alive) set_state(ctx, r->id, "running", s, NULL, &e);

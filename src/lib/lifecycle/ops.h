@@ -16,8 +16,15 @@
 #include "store/db.h"
 
 /* Run operation `kind` (create, pool_fill, delete, pause, resume, stop,
- * start, suspend, restore, wake) on sandbox `sb_id`. */
-int hutch_ops_run(struct hutch_ctx *ctx, const char *kind, const char *sb_id, hutch_err *err);
+ * start, suspend, restore, wake, snapshot, rollback) on sandbox `sb_id`;
+ * `arg` is the snapshot id of snapshot and rollback.  Kind `template`
+ * builds template `sb_id` (lifecycle/templates.c). */
+int hutch_ops_run(struct hutch_ctx *ctx, const char *kind, const char *sb_id, const char *arg, hutch_err *err);
+
+/* lifecycle/templates.c */
+int hutch_ops_template_build(struct hutch_ctx *ctx, const char *key, const char *source_json, hutch_err *err);
+/* lifecycle/snapshots.c: a deleted sandbox's automatic snapshots go with it. */
+void hutch_snapshots_drop_auto(struct hutch_ctx *ctx, const char *sb_id);
 
 /* Every state a user's sandbox can be in (docs/lifecycle.md), NULL-terminated.
  * Warm-pool members waiting to be claimed are in state "pool", not listed. */

@@ -50,6 +50,31 @@ static const char *const migrations[] = {
     "  created_at INTEGER NOT NULL);",
     /* 2: warm pool.  origin 'pool' marks sandboxes made ahead of demand. */
     "ALTER TABLE sandboxes ADD COLUMN origin TEXT NOT NULL DEFAULT 'api';",
+    /* 3: storage.  An operation's argument (the snapshot of a rollback, the
+     * template of a build); templates with their build state; snapshots. */
+    "ALTER TABLE operations ADD COLUMN arg TEXT;"
+    "CREATE TABLE templates ("
+    "  name TEXT PRIMARY KEY,"
+    "  state TEXT NOT NULL,"
+    "  source TEXT NOT NULL,"
+    "  config TEXT NOT NULL DEFAULT '{}',"
+    "  progress TEXT,"
+    "  fraction REAL NOT NULL DEFAULT 0,"
+    "  error TEXT,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL);"
+    "CREATE TABLE snapshots ("
+    "  id TEXT PRIMARY KEY,"
+    "  sandbox_id TEXT NOT NULL,"
+    "  parent_id TEXT,"
+    "  template TEXT NOT NULL,"
+    "  kind TEXT NOT NULL,"
+    "  state TEXT NOT NULL,"
+    "  labels TEXT NOT NULL DEFAULT '{}',"
+    "  request TEXT NOT NULL,"
+    "  generation INTEGER NOT NULL DEFAULT 0,"
+    "  created_at INTEGER NOT NULL);"
+    "CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id, created_at);",
 };
 #define N_MIGRATIONS (sizeof migrations / sizeof *migrations)
 
@@ -298,6 +323,19 @@ int hutch_db_sandbox_delete(struct hutch_db *db, const char *id, hutch_err *err)
   return step_done(db, st, err, "delete sandbox");
 }
 
+int hutch_db_sandbox_set_snapshot_policy(struct hutch_db *db, const char *id, const char *policy_json,
+                                         hutch_err *err) {
+  sqlite3_stmt *st = prep(db,
+                          "UPDATE sandboxes SET request=json_set(request, '$.snapshots', json(?)), updated_at=? "
+                          "WHERE id=?",
+                          err);
+  if (!st) return -1;
+  bind_text(st, 1, policy_json);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)now_ms());
+  bind_text(st, 3, id);
+  return changed_or_404(db, st, id, err, "set snapshot policy");
+}
+
 int hutch_db_sandbox_set_expiry(struct hutch_db *db, const char *id, uint64_t expires_at, int64_t timeout_s,
                                 hutch_err *err) {
   sqlite3_stmt *st = prep(db,
@@ -374,25 +412,27 @@ int64_t hutch_db_sandbox_count(struct hutch_db *db) {
 
 void hutch_op_rec_free(struct hutch_op_rec *r) {
   free(r->err_msg);
-  r->err_msg = NULL;
+  free(r->arg);
+  r->err_msg = r->arg = NULL;
 }
 
 int hutch_db_op_insert(struct hutch_db *db, const struct hutch_op_rec *r, hutch_err *err) {
   sqlite3_stmt *st =
-      prep(db, "INSERT INTO operations (id, kind, sandbox_id, state, created_at) VALUES (?,?,?,?,?)", err);
+      prep(db, "INSERT INTO operations (id, kind, sandbox_id, state, created_at, arg) VALUES (?,?,?,?,?,?)", err);
   if (!st) return -1;
   bind_text(st, 1, r->id);
   bind_text(st, 2, r->kind);
   bind_text(st, 3, r->sandbox_id);
   bind_text(st, 4, r->state);
   sqlite3_bind_int64(st, 5, (sqlite3_int64)r->created_at);
+  bind_text(st, 6, r->arg);
   return step_done(db, st, err, "insert operation");
 }
 
 int hutch_db_op_get(struct hutch_db *db, const char *id, struct hutch_op_rec *out, hutch_err *err) {
   sqlite3_stmt *st = prep(db,
                           "SELECT id, kind, sandbox_id, state, err_status, err_code, err_msg, created_at, "
-                          "started_at, finished_at FROM operations WHERE id=?",
+                          "started_at, finished_at, arg FROM operations WHERE id=?",
                           err);
   if (!st) return -1;
   bind_text(st, 1, id);
@@ -409,6 +449,7 @@ int hutch_db_op_get(struct hutch_db *db, const char *id, struct hutch_op_rec *ou
     out->created_at = (uint64_t)sqlite3_column_int64(st, 7);
     out->started_at = (uint64_t)sqlite3_column_int64(st, 8);
     out->finished_at = (uint64_t)sqlite3_column_int64(st, 9);
+    out->arg = dup_col(st, 10);
   } else if (rc == SQLITE_DONE) {
     ret = hutch_err_set(err, 404, "not_found", "operation `%s` not found", id);
   } else {
@@ -496,4 +537,219 @@ bool hutch_db_key_hash_exists(struct hutch_db *db, const char *hash_hex) {
   sqlite3_finalize(st);
   pthread_mutex_unlock(&db->mu);
   return found;
+}
+
+/* ---- templates ----------------------------------------------------------------- */
+
+void hutch_template_rec_free(struct hutch_template_rec *r) {
+  free(r->source);
+  free(r->config);
+  free(r->progress);
+  free(r->error);
+  r->source = r->config = r->progress = r->error = NULL;
+}
+
+#define TEMPLATE_COLS "name, state, source, config, progress, fraction, error, created_at, updated_at"
+
+static void read_template(sqlite3_stmt *st, struct hutch_template_rec *r) {
+  memset(r, 0, sizeof *r);
+  copy_col(r->name, sizeof r->name, st, 0);
+  copy_col(r->state, sizeof r->state, st, 1);
+  r->source = dup_col(st, 2);
+  r->config = dup_col(st, 3);
+  r->progress = dup_col(st, 4);
+  r->fraction = sqlite3_column_double(st, 5);
+  r->error = dup_col(st, 6);
+  r->created_at = (uint64_t)sqlite3_column_int64(st, 7);
+  r->updated_at = (uint64_t)sqlite3_column_int64(st, 8);
+}
+
+int hutch_db_template_begin(struct hutch_db *db, const char *name, const char *source, hutch_err *err) {
+  /* A new build: insert, or restart a finished one (never one in progress). */
+  sqlite3_stmt *st = prep(db,
+                          "INSERT INTO templates (name, state, source, created_at, updated_at) VALUES (?,'building',?,?,?) "
+                          "ON CONFLICT(name) DO UPDATE SET state='building', source=excluded.source, progress=NULL, "
+                          "fraction=0, error=NULL, updated_at=excluded.updated_at WHERE templates.state != 'building'",
+                          err);
+  if (!st) return -1;
+  uint64_t now = now_ms();
+  bind_text(st, 1, name);
+  bind_text(st, 2, source);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)now);
+  sqlite3_bind_int64(st, 4, (sqlite3_int64)now);
+  int rc = sqlite3_step(st), ret = 0;
+  if (rc != SQLITE_DONE) ret = db_fail(db, err, "insert template");
+  else if (sqlite3_changes(db->h) == 0)
+    ret = hutch_err_set(err, 409, "conflict", "template `%s` is being built", name);
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return ret;
+}
+
+int hutch_db_template_progress(struct hutch_db *db, const char *name, const char *msg, double fraction,
+                               hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "UPDATE templates SET progress=?, fraction=?, updated_at=? WHERE name=?", err);
+  if (!st) return -1;
+  bind_text(st, 1, msg);
+  sqlite3_bind_double(st, 2, fraction);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)now_ms());
+  bind_text(st, 4, name);
+  return step_done(db, st, err, "update template progress");
+}
+
+int hutch_db_template_finish(struct hutch_db *db, const char *name, const char *state, const char *config,
+                             const char *error, hutch_err *err) {
+  sqlite3_stmt *st = prep(db,
+                          "UPDATE templates SET state=?, config=COALESCE(?, config), error=?, "
+                          "fraction=CASE WHEN ?='ready' THEN 1 ELSE fraction END, updated_at=? WHERE name=?",
+                          err);
+  if (!st) return -1;
+  bind_text(st, 1, state);
+  bind_text(st, 2, config);
+  bind_text(st, 3, error);
+  bind_text(st, 4, state);
+  sqlite3_bind_int64(st, 5, (sqlite3_int64)now_ms());
+  bind_text(st, 6, name);
+  return step_done(db, st, err, "finish template");
+}
+
+int hutch_db_template_get(struct hutch_db *db, const char *name, struct hutch_template_rec *out, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "SELECT " TEMPLATE_COLS " FROM templates WHERE name=?", err);
+  if (!st) return -1;
+  bind_text(st, 1, name);
+  int rc = sqlite3_step(st), ret = 0;
+  if (rc == SQLITE_ROW) read_template(st, out);
+  else if (rc == SQLITE_DONE) ret = hutch_err_set(err, 404, "not_found", "template `%s` not found", name);
+  else ret = db_fail(db, err, "get template");
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return ret;
+}
+
+int hutch_db_template_list(struct hutch_db *db, struct hutch_template_rec **out, size_t *n, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "SELECT " TEMPLATE_COLS " FROM templates ORDER BY name", err);
+  if (!st) return -1;
+  size_t cap = 8, len = 0;
+  struct hutch_template_rec *v = xcalloc(cap, sizeof *v);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    if (len == cap) v = xrealloc(v, (cap *= 2) * sizeof *v);
+    read_template(st, &v[len++]);
+  }
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  *out = v;
+  *n = len;
+  return 0;
+}
+
+int hutch_db_template_delete(struct hutch_db *db, const char *name, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "DELETE FROM templates WHERE name=?", err);
+  if (!st) return -1;
+  bind_text(st, 1, name);
+  return changed_or_404(db, st, name, err, "delete template");
+}
+
+int hutch_db_template_fail_building(struct hutch_db *db, const char *message, hutch_err *err) {
+  sqlite3_stmt *st =
+      prep(db, "UPDATE templates SET state='failed', error=?, updated_at=? WHERE state='building'", err);
+  if (!st) return -1;
+  bind_text(st, 1, message);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)now_ms());
+  return step_done(db, st, err, "fail unfinished template builds");
+}
+
+/* ---- snapshots ----------------------------------------------------------------- */
+
+void hutch_snapshot_rec_free(struct hutch_snapshot_rec *r) {
+  free(r->labels);
+  free(r->request);
+  r->labels = r->request = NULL;
+}
+
+#define SNAPSHOT_COLS "id, sandbox_id, parent_id, template, kind, state, labels, request, generation, created_at"
+
+static void read_snapshot(sqlite3_stmt *st, struct hutch_snapshot_rec *r) {
+  memset(r, 0, sizeof *r);
+  copy_col(r->id, sizeof r->id, st, 0);
+  copy_col(r->sandbox_id, sizeof r->sandbox_id, st, 1);
+  copy_col(r->parent_id, sizeof r->parent_id, st, 2);
+  copy_col(r->template_name, sizeof r->template_name, st, 3);
+  copy_col(r->kind, sizeof r->kind, st, 4);
+  copy_col(r->state, sizeof r->state, st, 5);
+  r->labels = dup_col(st, 6);
+  r->request = dup_col(st, 7);
+  r->generation = (uint64_t)sqlite3_column_int64(st, 8);
+  r->created_at = (uint64_t)sqlite3_column_int64(st, 9);
+}
+
+int hutch_db_snapshot_insert(struct hutch_db *db, const struct hutch_snapshot_rec *r, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "INSERT INTO snapshots (" SNAPSHOT_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?)", err);
+  if (!st) return -1;
+  bind_text(st, 1, r->id);
+  bind_text(st, 2, r->sandbox_id);
+  bind_text(st, 3, r->parent_id[0] ? r->parent_id : NULL);
+  bind_text(st, 4, r->template_name);
+  bind_text(st, 5, r->kind);
+  bind_text(st, 6, r->state);
+  bind_text(st, 7, r->labels ? r->labels : "{}");
+  bind_text(st, 8, r->request ? r->request : "{}");
+  sqlite3_bind_int64(st, 9, (sqlite3_int64)r->generation);
+  sqlite3_bind_int64(st, 10, (sqlite3_int64)r->created_at);
+  int rc = sqlite3_step(st), ret = 0;
+  if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT)
+    ret = hutch_err_set(err, 409, "conflict", "snapshot `%s` already exists", r->id);
+  else if (rc != SQLITE_DONE) ret = db_fail(db, err, "insert snapshot");
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return ret;
+}
+
+int hutch_db_snapshot_get(struct hutch_db *db, const char *id, struct hutch_snapshot_rec *out, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "SELECT " SNAPSHOT_COLS " FROM snapshots WHERE id=?", err);
+  if (!st) return -1;
+  bind_text(st, 1, id);
+  int rc = sqlite3_step(st), ret = 0;
+  if (rc == SQLITE_ROW) read_snapshot(st, out);
+  else if (rc == SQLITE_DONE) ret = hutch_err_set(err, 404, "not_found", "snapshot `%s` not found", id);
+  else ret = db_fail(db, err, "get snapshot");
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  return ret;
+}
+
+int hutch_db_snapshot_list(struct hutch_db *db, const char *sandbox_id, const char *kind,
+                           struct hutch_snapshot_rec **out, size_t *n, hutch_err *err) {
+  sqlite3_stmt *st = prep(db,
+                          "SELECT " SNAPSHOT_COLS " FROM snapshots WHERE (?1 IS NULL OR sandbox_id=?1) "
+                          "AND (?2 IS NULL OR kind=?2) ORDER BY created_at, id",
+                          err);
+  if (!st) return -1;
+  bind_text(st, 1, sandbox_id);
+  bind_text(st, 2, kind);
+  size_t cap = 8, len = 0;
+  struct hutch_snapshot_rec *v = xcalloc(cap, sizeof *v);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    if (len == cap) v = xrealloc(v, (cap *= 2) * sizeof *v);
+    read_snapshot(st, &v[len++]);
+  }
+  sqlite3_finalize(st);
+  pthread_mutex_unlock(&db->mu);
+  *out = v;
+  *n = len;
+  return 0;
+}
+
+int hutch_db_snapshot_set_ready(struct hutch_db *db, const char *id, uint64_t generation, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "UPDATE snapshots SET state='ready', generation=? WHERE id=?", err);
+  if (!st) return -1;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)generation);
+  bind_text(st, 2, id);
+  return changed_or_404(db, st, id, err, "update snapshot");
+}
+
+int hutch_db_snapshot_delete(struct hutch_db *db, const char *id, hutch_err *err) {
+  sqlite3_stmt *st = prep(db, "DELETE FROM snapshots WHERE id=?", err);
+  if (!st) return -1;
+  bind_text(st, 1, id);
+  return changed_or_404(db, st, id, err, "delete snapshot");
 }

@@ -19,7 +19,7 @@
 
 struct hutch_db;
 
-#define HUTCH_DB_SCHEMA_VERSION 2
+#define HUTCH_DB_SCHEMA_VERSION 3
 
 int hutch_db_open(const char *path, struct hutch_db **out, hutch_err *err);
 void hutch_db_close(struct hutch_db *db);
@@ -60,6 +60,9 @@ int hutch_db_sandbox_clear_expiry(struct hutch_db *db, const char *id, hutch_err
 int hutch_db_sandbox_set_expiry(struct hutch_db *db, const char *id, uint64_t expires_at, int64_t timeout_s,
                                 hutch_err *err);
 int64_t hutch_db_sandbox_count(struct hutch_db *db);
+/* The stored request's automatic snapshot policy becomes `policy_json`. */
+int hutch_db_sandbox_set_snapshot_policy(struct hutch_db *db, const char *id, const char *policy_json,
+                                         hutch_err *err);
 
 /* Warm pool.  Claim the oldest idle pool sandbox of `template_name`: it
  * becomes running with `request` in one statement.  Returns 0 with id_out
@@ -78,6 +81,7 @@ struct hutch_op_rec {
   char err_code[40];
   char *err_msg;
   uint64_t created_at, started_at, finished_at;
+  char *arg; /* what the operation acts with (a snapshot id, a template build), or NULL */
 };
 void hutch_op_rec_free(struct hutch_op_rec *r);
 
@@ -99,5 +103,50 @@ int hutch_db_key_list(struct hutch_db *db, struct hutch_key_rec **out, size_t *n
 int hutch_db_key_delete(struct hutch_db *db, const char *id, hutch_err *err);
 /* true when a key with this hash exists. */
 bool hutch_db_key_hash_exists(struct hutch_db *db, const char *hash_hex);
+
+/* Templates (the pool holds their files; this, their build state). */
+struct hutch_template_rec {
+  char name[64];
+  char state[16]; /* building | ready | failed */
+  char *source;   /* JSON: what it is built from */
+  char *config;   /* JSON: image defaults (env, cwd, user, entrypoint, cmd) */
+  char *progress; /* last progress message, or NULL */
+  double fraction;
+  char *error;
+  uint64_t created_at, updated_at;
+};
+void hutch_template_rec_free(struct hutch_template_rec *r);
+/* 409 while a build of `name` is in progress. */
+int hutch_db_template_begin(struct hutch_db *db, const char *name, const char *source, hutch_err *err);
+int hutch_db_template_progress(struct hutch_db *db, const char *name, const char *msg, double fraction,
+                               hutch_err *err);
+/* config NULL keeps the stored one. */
+int hutch_db_template_finish(struct hutch_db *db, const char *name, const char *state, const char *config,
+                             const char *error, hutch_err *err);
+int hutch_db_template_get(struct hutch_db *db, const char *name, struct hutch_template_rec *out, hutch_err *err);
+int hutch_db_template_list(struct hutch_db *db, struct hutch_template_rec **out, size_t *n, hutch_err *err);
+int hutch_db_template_delete(struct hutch_db *db, const char *name, hutch_err *err);
+int hutch_db_template_fail_building(struct hutch_db *db, const char *message, hutch_err *err);
+
+struct hutch_snapshot_rec {
+  char id[64];
+  char sandbox_id[64]; /* the sandbox it was taken of (may be gone) */
+  char parent_id[64];  /* the snapshot it is incremental to, or "" */
+  char template_name[64];
+  char kind[16];  /* manual | auto | fork | imported */
+  char state[16]; /* creating | ready */
+  char *labels;   /* JSON object */
+  char *request;  /* the sandbox's create request when taken (JSON) */
+  uint64_t generation; /* btrfs generation of the root when taken */
+  uint64_t created_at;
+};
+void hutch_snapshot_rec_free(struct hutch_snapshot_rec *r);
+int hutch_db_snapshot_insert(struct hutch_db *db, const struct hutch_snapshot_rec *r, hutch_err *err);
+int hutch_db_snapshot_get(struct hutch_db *db, const char *id, struct hutch_snapshot_rec *out, hutch_err *err);
+/* Oldest first; sandbox_id and kind NULL for all. */
+int hutch_db_snapshot_list(struct hutch_db *db, const char *sandbox_id, const char *kind,
+                           struct hutch_snapshot_rec **out, size_t *n, hutch_err *err);
+int hutch_db_snapshot_set_ready(struct hutch_db *db, const char *id, uint64_t generation, hutch_err *err);
+int hutch_db_snapshot_delete(struct hutch_db *db, const char *id, hutch_err *err);
 
 #endif
