@@ -30,6 +30,11 @@ static void usage(FILE *f) {
           "  --output-buffer B   ring buffer per command output stream (default 1048576)\n"
           "  --attach-token-ttl S  lifetime of attach tokens in seconds (default 900)\n"
           "  --pool-template T   template of the warm pool (default host)\n"
+          "  --storage B         storage backend: auto|btrfs|overlay (default auto: btrfs, else overlay)\n"
+          "  --storage-size SIZE size of the pool image hutchd makes, e.g. 64G (default 80%% of free\n"
+          "                      space, at most 1T); a larger size grows an existing image\n"
+          "  --storage-quota Q   per-sandbox disk limits: auto|on|off (default auto: on for hutchd's image)\n"
+          "  --max-fork N        most sandboxes one fork call makes (default 100)\n"
           "  --log-level LEVEL   debug|info|warn|error (default info)\n"
           "  --version\n");
 }
@@ -56,6 +61,8 @@ int main(int argc, char **argv) {
       {"log-level", required_argument, NULL, 'L'},  {"pool", required_argument, NULL, 'p'},
       {"pool-template", required_argument, NULL, 'P'}, {"output-buffer", required_argument, NULL, 'O'},
       {"attach-token-ttl", required_argument, NULL, 'T'}, {"fault-points", no_argument, NULL, 'F'},  {"version", no_argument, NULL, 'V'},
+      {"storage", required_argument, NULL, 'S'},   {"storage-size", required_argument, NULL, 'Z'},
+      {"storage-quota", required_argument, NULL, 'Q'}, {"max-fork", required_argument, NULL, 'K'},
       {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
   };
   int o;
@@ -97,6 +104,34 @@ int main(int argc, char **argv) {
         if (parse_u64(optarg, 7 * 24 * 3600, &n) < 0 || n < 10)
           return fprintf(stderr, "hutchd: --attach-token-ttl: 10..604800\n"), 2;
         ctx.cfg.attach_token_ttl_s = (uint32_t)n;
+        break;
+      case 'S':
+        if (strcmp(optarg, "auto") && strcmp(optarg, "btrfs") && strcmp(optarg, "overlay"))
+          return fprintf(stderr, "hutchd: --storage: auto|btrfs|overlay\n"), 2;
+        free(ctx.cfg.storage_backend), ctx.cfg.storage_backend = xstrdup(optarg);
+        break;
+      case 'Q':
+        if (strcmp(optarg, "auto") && strcmp(optarg, "on") && strcmp(optarg, "off"))
+          return fprintf(stderr, "hutchd: --storage-quota: auto|on|off\n"), 2;
+        free(ctx.cfg.storage_quota), ctx.cfg.storage_quota = xstrdup(optarg);
+        break;
+      case 'Z': {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(optarg, &end, 10);
+        unsigned shift = 0;
+        if (*end == 'K' || *end == 'k') shift = 10, end++;
+        else if (*end == 'M' || *end == 'm') shift = 20, end++;
+        else if (*end == 'G' || *end == 'g') shift = 30, end++;
+        else if (*end == 'T' || *end == 't') shift = 40, end++;
+        if (errno || end == optarg || *end || v == 0 || v > (1ull << 50) >> shift || (v << shift) < (256ull << 20))
+          return fprintf(stderr, "hutchd: --storage-size: a size from 256M to 1P, e.g. 64G\n"), 2;
+        ctx.cfg.storage_size = v << shift;
+        break;
+      }
+      case 'K':
+        if (parse_u64(optarg, 10000, &n) < 0 || n == 0) return fprintf(stderr, "hutchd: --max-fork: 1..10000\n"), 2;
+        ctx.cfg.max_fork = (uint32_t)n;
         break;
       case 'F':
         for (const char *const *p = hutch_fault_points(); *p; p++) printf("%s\n", *p);

@@ -332,6 +332,18 @@ def snapshot(d):
         s["sandbox_dirs"] = sorted(os.listdir(sb))
     except FileNotFoundError:
         s["sandbox_dirs"] = []
+    # The storage pool: sandbox roots, snapshots, half-made things.
+    for area in ("rootfs", "snapshots", "staging"):
+        try:
+            s["pool_" + area] = sorted(os.listdir(os.path.join(d.data_dir, "pool", area)))
+        except FileNotFoundError:
+            s["pool_" + area] = []
+    try:
+        s["pool_template_builds"] = sorted(n for n in os.listdir(os.path.join(d.data_dir, "pool", "templates"))
+                                           if n.startswith("."))
+    except FileNotFoundError:
+        s["pool_template_builds"] = []
+    s["db_snapshot_rows"] = db_count(os.path.join(d.data_dir, "state.db"), "snapshots")
     run = []
     for dirpath, dirnames, files in os.walk(d.run_dir):
         for n in dirnames + files:
@@ -557,6 +569,18 @@ def sandbox_footprint(d, sid, procs=None):
     """What sandbox `sid` of instance `d` holds on the host right now."""
     fp = {}
     fp["cgroups"] = sandbox_cgroup_dirs_existing(d.instance, sid)
+    # The storage pool: sandbox roots, snapshots, half-made things.
+    for area in ("rootfs", "snapshots", "staging"):
+        try:
+            s["pool_" + area] = sorted(os.listdir(os.path.join(d.data_dir, "pool", area)))
+        except FileNotFoundError:
+            s["pool_" + area] = []
+    try:
+        s["pool_template_builds"] = sorted(n for n in os.listdir(os.path.join(d.data_dir, "pool", "templates"))
+                                           if n.startswith("."))
+    except FileNotFoundError:
+        s["pool_template_builds"] = []
+    s["db_snapshot_rows"] = db_count(os.path.join(d.data_dir, "state.db"), "snapshots")
     run = []
     for dirpath, dirnames, files in os.walk(d.run_dir):
         for n in dirnames + files:

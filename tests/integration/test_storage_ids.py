@@ -9,7 +9,10 @@ STORAGE_BASE = 134217728
 
 
 def host_path(hutchd, sid, rel):
-    return os.path.join(hutchd.data_dir, "sandboxes", sid, "rootfs", "upper", rel)
+    root = os.path.join(hutchd.data_dir, "pool", "rootfs", sid)
+    if os.path.isdir(os.path.join(root, "upper")) and os.path.isdir(os.path.join(root, "work")):
+        root = os.path.join(root, "upper")  # overlay backend
+    return os.path.join(root, rel)
 
 
 def test_setuid_root_file_made_inside_is_not_root_owned_on_host(hutchd, api, make_sandbox):
@@ -35,7 +38,7 @@ def test_container_ids_map_one_to_one(hutchd, api, make_sandbox):
 
 def test_template_is_never_written(hutchd, api, make_sandbox):
     s = make_sandbox()
-    tpl = os.path.join(hutchd.data_dir, "templates", "host", "etc", "passwd")
+    tpl = os.path.join(hutchd.data_dir, "pool", "templates", "host", "etc", "passwd")
     before = open(tpl, "rb").read()
     r = api.exec(s["id"], cmd="echo evil:x:0:0::/:/bin/sh >> /etc/passwd && tail -1 /etc/passwd")
     assert r.status == 200 and r.json["stdout"] == "evil:x:0:0::/:/bin/sh\n", r

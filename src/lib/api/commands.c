@@ -165,12 +165,13 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
       goto fail;
     }
   }
-  /* The default working directory is the user's home. */
-  if (!cwd) cwd = uid <= 0 ? "/root" : uid == 1000 ? "/home/user" : "/";
   struct hutch_shim_conn c;
   struct hutch_sandbox_rec sbr;
   if (!hutch_api_open_shim(req, resp, &c, 30, &sbr)) goto out;
   envp = hutch_lc_command_env(&sbr, env);
+  /* The default working directory: the image's, else the user's home. */
+  cleanup_free char *dcwd = hutch_lc_default_cwd(&sbr, uid);
+  if (!cwd) cwd = dcwd;
   hutch_sandbox_rec_free(&sbr);
   if (uid == 1000) {
     for (size_t i = 0; envp[i]; i++)

@@ -69,6 +69,11 @@ static const uint64_t clone_ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWI
 static const uint64_t unshare_ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,    CLONE_NEWUSER,
                                             CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP, CLONE_NEWTIME};
 
+/* BTRFS_IOC_*: SNAP_CREATE 1, SUBVOL_CREATE 14, SNAP_DESTROY 15,
+ * SNAP_CREATE_V2 23, SUBVOL_CREATE_V2 24, SUBVOL_SETFLAGS 26,
+ * SET_RECEIVED_SUBVOL 37, SNAP_DESTROY_V2 63 (linux/btrfs.h). */
+static const uint8_t btrfs_denied_ioctls[] = {1, 14, 15, 23, 24, 26, 37, 63};
+
 const char *const *hutch_seccomp_denied_syscalls(void) { return denied_syscalls; }
 
 static void seccomp_releasep(scmp_filter_ctx *ctx) {
@@ -115,6 +120,15 @@ static int build_main_filter(scmp_filter_ctx ctx, hutch_err *err) {
   if (add_ns_flag_rules(ctx, "unshare", unshare_ns_flags, sizeof unshare_ns_flags / sizeof *unshare_ns_flags,
                         err) < 0)
     return -1;
+  /* btrfs ioctls that make, delete or retag subvolumes: any owner of a
+   * directory may call them, and a subvolume made inside the sandbox's root
+   * would escape its quota group (and its snapshots).  Matched on the ioctl
+   * type and number only (the size bits vary); reflink ioctls (FICLONE,
+   * FICLONERANGE, FIDEDUPERANGE) share the type and stay allowed. */
+  for (size_t i = 0; i < sizeof btrfs_denied_ioctls / sizeof *btrfs_denied_ioctls; i++) {
+    struct scmp_arg_cmp cmp = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffff, 0x9400u | btrfs_denied_ioctls[i]);
+    if (add_rule(ctx, SCMP_ACT_ERRNO(EPERM), "ioctl", 1, &cmp, err) < 0) return -1;
+  }
   /* clone3 passes its flags in a struct the filter cannot read; ENOSYS makes
    * glibc (>= 2.34) fall back to clone(2), whose flags are checked above. */
   if (add_rule(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL, err) < 0) return -1;

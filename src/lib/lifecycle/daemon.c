@@ -230,6 +230,7 @@ static char *normalized_request(const struct hutch_create_req *req) {
   if (!norm) return NULL;
   if (req->from_snapshot) json_object_set_new(norm, "from_snapshot", json_string(req->from_snapshot));
   if (req->snapshots) json_object_set(norm, "snapshots", req->snapshots);
+  if (req->image) json_object_set(norm, "image", req->image);
   char *s = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(norm);
   return s;
@@ -334,7 +335,21 @@ int hutch_lc_create(struct hutch_ctx *ctx, const struct hutch_create_req *req, c
     int r = pool_claim(ctx, req, sb_id, op_id, err);
     if (r <= 0) return r; /* claimed, or a real error; 1 = pool empty: create normally */
   }
-  return insert_sandbox(ctx, req, rt->name, "api", "create", sb_id, op_id, err);
+  /* An imported image's defaults (env, working directory) travel in the
+   * sandbox's request, so commands find them without the template. */
+  struct hutch_create_req with_image = *req;
+  struct hutch_template_rec t;
+  hutch_err te = HUTCH_ERR_INIT;
+  json_t *cfg = NULL;
+  if (!req->image && hutch_db_template_get(ctx->db, req->template_name, &t, &te) == 0) {
+    json_error_t je;
+    cfg = json_loads(t.config ? t.config : "{}", 0, &je);
+    if (json_is_object(cfg) && json_object_size(cfg)) with_image.image = cfg;
+    hutch_template_rec_free(&t);
+  }
+  int rc = insert_sandbox(ctx, &with_image, rt->name, "api", "create", sb_id, op_id, err);
+  json_decref(cfg);
+  return rc;
 }
 
 int hutch_lc_delete(struct hutch_ctx *ctx, const char *sb_id, char op_id[64], hutch_err *err) {
@@ -409,6 +424,9 @@ char **hutch_lc_command_env(const struct hutch_sandbox_rec *r, json_t *extra) {
   json_object_set_new(env, "USER", json_string("root"));
   json_object_set_new(env, "LANG", json_string("C.UTF-8"));
   json_object_set_new(env, "HOSTNAME", json_string(hn));
+  /* An image's defaults (OCI config Env) come under the sandbox's own. */
+  json_t *img_env = json_object_get(json_object_get(req, "image"), "env");
+  if (json_is_object(img_env)) json_object_update(env, img_env);
   if (req) json_object_update(env, json_object_get(req, "env"));
   if (extra) json_object_update(env, extra);
   json_decref(req);
@@ -419,6 +437,15 @@ char **hutch_lc_command_env(const struct hutch_sandbox_rec *r, json_t *extra) {
   json_object_foreach(env, k, v) envp[i++] = xasprintf("%s=%s", k, json_string_value(v));
   json_decref(env);
   return envp;
+}
+
+char *hutch_lc_default_cwd(const struct hutch_sandbox_rec *r, int64_t uid) {
+  json_error_t je;
+  json_t *req = json_loads(r->request, 0, &je);
+  const char *c = json_string_value(json_object_get(json_object_get(req, "image"), "cwd"));
+  char *out = c && c[0] == '/' ? xstrdup(c) : xstrdup(uid <= 0 ? "/root" : uid == 1000 ? "/home/user" : "/");
+  json_decref(req);
+  return out;
 }
 
 void hutch_envp_free(char **envp) {
@@ -433,13 +460,14 @@ int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_e
   if (hutch_lc_get_running(ctx, sb_id, &r, err) < 0) return -1;
   cleanup_free char *sock = hutch_shim_socket(ctx, sb_id);
   char **envp = hutch_lc_command_env(&r, o->env);
+  char *cwd = hutch_lc_default_cwd(&r, 0);
   hutch_sandbox_rec_free(&r);
   char name[64];
   hutch_random_id("cmd", name, sizeof name);
   struct hutch_exec_req x = {
       .argv = o->argv,
       .envp = (const char *const *)envp,
-      .cwd = o->cwd ? o->cwd : "/root",
+      .cwd = o->cwd ? o->cwd : cwd,
       .timeout_ms = o->timeout_s * 1000u,
       .stdin_data = o->stdin_data,
       .stdin_len = o->stdin_len,
@@ -447,6 +475,7 @@ int hutch_lc_exec(struct hutch_ctx *ctx, const char *sb_id, const struct hutch_e
       .name = name,
   };
   int ret = hutch_shim_exec(sock, &x, res, err);
+  free(cwd);
   if (ret < 0) hutch_err_wrap(err, "exec in sandbox %s", sb_id);
   hutch_envp_free(envp);
   return ret;

@@ -83,6 +83,7 @@ struct hutch_create_req {
   const char *on_timeout; /* "delete" (default) or "suspend" */
   const char *from_snapshot; /* make the root from this snapshot, not the template */
   json_t *snapshots;         /* automatic snapshot policy (borrowed), or NULL */
+  json_t *image;             /* the template's image defaults (borrowed), or NULL */
 };
 
 /* Accept a create: validates what can be checked now (template, runtime),
@@ -121,6 +122,9 @@ int hutch_lc_get_running(struct hutch_ctx *ctx, const char *sb_id, struct hutch_
  * Returns a NULL-terminated array of "K=V" (free with hutch_envp_free). */
 char **hutch_lc_command_env(const struct hutch_sandbox_rec *r, json_t *extra);
 void hutch_envp_free(char **envp);
+/* Where a command runs when the caller names no directory: the image's
+ * working directory, else the home of `uid` (caller frees). */
+char *hutch_lc_default_cwd(const struct hutch_sandbox_rec *r, int64_t uid);
 
 /* Queue operation `kind` on `key` (a sandbox id, or "template:<name>") with
  * `arg`; operations on one key run in order. */

@@ -201,6 +201,8 @@ static int fork_request(const struct hutch_sandbox_rec *parent, json_t *req, con
   out->timeout_s = json_integer_value(json_object_get(req, "timeout_s"));
   out->on_timeout = json_string_value(json_object_get(req, "on_timeout"));
   out->from_snapshot = snap;
+  json_t *img = json_object_get(req, "image");
+  out->image = json_is_object(img) ? img : NULL;
   json_t *pol = json_object_get(req, "snapshots");
   out->snapshots = json_is_object(pol) ? pol : NULL;
   return 0;
