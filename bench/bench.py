@@ -4,6 +4,7 @@ measured in the same invocation (issue 3).  See bench/README.md.
 
     make bench                                 # default sizes (a few minutes)
     /usr/bin/python3 bench/bench.py --quick    # smoke run, ~30-60 s
+    /usr/bin/python3 bench/bench.py --only storage   # one section: api, pool, storage
 
 Every client talks HTTP/1.1 to hutchd over its unix socket.  Unless a row
 says otherwise, each client thread keeps ONE keep-alive connection for all
@@ -26,6 +27,8 @@ import json
 import math
 import os
 import platform
+import random
+import re
 import shutil
 import signal
 import socket
@@ -47,7 +50,14 @@ TARGETS = [
     ("exec_p50", "exec round trip of `true` p50 (keep-alive)", ("exec_keepalive", "p50"), "<=", 2.0, "ms"),
     ("cycles", "create+exec+delete cycles per second, concurrency 8", ("cycles_c8", "per_s"), ">=", 100.0, "/s"),
     ("density", "host memory per idle sandbox (at the largest density point)", ("density_max", "per_sandbox_mib"), "<=", 3.0, "MiB"),
+    # The storage section (btrfs pool).  "≈ 1.0" for the create ratio is read as <= 1.2 (noise).
+    ("storage_create_ratio", "create p50 from a 1 GiB template / from busybox", ("storage", "create_ratio_p50"), "<=", 1.2, "x"),
+    ("storage_snapshot_p50", "snapshot of a running 1 GiB root after a 1 MiB change, p50", ("storage_snapshot", "p50"), "<=", 50.0, "ms"),
+    ("storage_snapshot_p99", "snapshot of a running 1 GiB root after a 1 MiB change, p99", ("storage_snapshot", "p99"), "<=", 50.0, "ms"),
+    ("storage_bytes", "pool bytes stored per such snapshot (mean)", ("storage", "stored_mib_per_snapshot_mean"), "<=", 1.2, "MiB"),
 ]
+
+SECTIONS = ("api", "pool", "storage")
 
 BWRAP_ARGV = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
               "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
@@ -442,7 +452,10 @@ class Hutchd:
         self.instance = None
         self.cgroup = None
         self.created = set()  # ids this run created and has not yet deleted
+        self.snapshots = set()  # snapshot ids this run made (snapshots outlive their sandbox)
+        self.templates = set()  # template names this run made
         self.cleaned = False
+        self.pool_unmounted = False
 
     def start(self, pool=None, timeout=60):
         pool = self.pool if pool is None else pool
@@ -515,6 +528,60 @@ class Hutchd:
         for sid in ids:
             self.created.discard(sid)
         return lat
+
+    def delete_storage(self, budget_s=120):
+        """Delete the snapshots (every one the API lists: fork snapshots
+        too) and the templates this run made.  Call after delete_all: a
+        template is not deleted while sandboxes use it.  Returns a list of
+        failures."""
+        end = time.monotonic() + budget_s
+        c = Client(self.sock, timeout=60)
+        bad = []
+        try:
+            st, js, _ = c.request("GET", "/v1/snapshots")
+            ids = set(self.snapshots)
+            if st == 200 and isinstance(js, dict):
+                ids |= {x["id"] for x in js.get("snapshots", [])}
+            elif st != 404:
+                bad.append("GET /v1/snapshots: %s" % st)
+            for sid in sorted(ids):
+                if time.monotonic() > end:
+                    bad.append("snapshot deletes stopped by the time bound")
+                    break
+                st, js, _ = c.request("DELETE", "/v1/snapshots/%s" % sid)
+                if st in (200, 204, 404):
+                    self.snapshots.discard(sid)
+                else:
+                    bad.append("DELETE snapshot %s: %s %s" % (sid, st, json.dumps(js)[:200]))
+            for name in sorted(self.templates):
+                if time.monotonic() > end:
+                    bad.append("template deletes stopped by the time bound")
+                    break
+                st, js, _ = c.request("DELETE", "/v1/templates/%s" % name)
+                if st in (200, 204, 404):
+                    self.templates.discard(name)
+                else:
+                    bad.append("DELETE template %s: %s %s" % (name, st, json.dumps(js)[:200]))
+        finally:
+            c.close()
+        return bad
+
+    def unmount_pool(self):
+        """hutchd leaves its storage pool (DATA/pool, a loop-mounted btrfs
+        image unless the data directory is on btrfs) mounted when it stops,
+        by design: sandboxes outlive it.  Once it is stopped and its
+        sandboxes are gone, unmount it; the loop device detaches itself
+        (autoclear).  Not a leftover."""
+        mp = os.path.join(self.data, "pool")
+        for line in (read("/proc/self/mountinfo") or "").splitlines():
+            if line.split()[4] == mp:
+                r = subprocess.run(["umount", mp], capture_output=True, text=True, timeout=30)
+                if r.returncode != 0:
+                    log("umount %s: %s" % (mp, r.stderr.strip()))
+                    return False
+                self.pool_unmounted = True
+                return True
+        return False
 
     def stop(self, drain_pool):
         """Stop hutchd.  A pool's members outlive hutchd, so with drain_pool
@@ -594,6 +661,9 @@ class Hutchd:
                         break
                     except OSError:
                         time.sleep(0.1)
+        # The storage pool stays mounted after hutchd by design: unmount it
+        # now that nothing of the instance runs (only what fails is a leftover).
+        self.unmount_pool()
         # uid range claims (shared directory; only files naming our data dir)
         ud = "/run/hutch/uids"
         if os.path.isdir(ud):
@@ -668,6 +738,65 @@ def run_baseline(argv, timeout=30):
     return ms
 
 
+def stream_get(sock, url, timeout):
+    """GET url and count the body's bytes without keeping them (an export
+    of a 1 GiB root is streamed).  Returns (status, bytes, ms, error text)."""
+    conn = UnixHTTPConnection(sock, timeout)
+    try:
+        t0 = time.perf_counter()
+        conn.request("GET", url)
+        r = conn.getresponse()
+        if r.status != 200:
+            body = r.read(4096)
+            return r.status, 0, (time.perf_counter() - t0) * 1000.0, body.decode(errors="replace")[:300]
+        n = 0
+        while True:
+            chunk = r.read(1 << 20)
+            if not chunk:
+                break
+            n += len(chunk)
+        return r.status, n, (time.perf_counter() - t0) * 1000.0, None
+    finally:
+        conn.close()
+
+
+def disk_io_ms(path):
+    """(device name, ms the block device holding `path` spent doing I/O,
+    from /proc/diskstats), or (None, None).  Two readings give how busy the
+    disk was in between: a noise indicator for the storage rows (the pool
+    image shares its disk with everything else on the host)."""
+    try:
+        st = os.stat(path)
+        name = os.path.basename(os.path.realpath("/sys/dev/block/%d:%d" % (os.major(st.st_dev), os.minor(st.st_dev))))
+    except OSError:
+        return None, None
+    for line in (read("/proc/diskstats") or "").splitlines():
+        f = line.split()
+        if len(f) > 12 and f[2] == name:
+            return name, int(f[12])
+    return name, None
+
+
+def log_events(logf, offset, event):
+    """hutchd's log lines `event=<event>` from byte offset on, as dicts of
+    their key=value fields (values as strings)."""
+    try:
+        with open(logf, "rb") as f:
+            f.seek(offset)
+            txt = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    out = []
+    for line in txt.splitlines():
+        if " event=%s " % event not in line + " ":
+            continue
+        kv = {}
+        for m in re.finditer(r'(\w+)=("[^"]*"|\S+)', line):
+            kv[m.group(1)] = m.group(2).strip('"')
+        out.append(kv)
+    return out
+
+
 class Bench:
     def __init__(self, args):
         self.a = args
@@ -678,6 +807,8 @@ class Bench:
         self.notes = []
         self.daemons = []
         self.density = []
+        self.storage = {}    # the storage section's non-latency results
+        self.storage_raw = {}  # its raw samples (timestamped JSON only)
         self.runsc_root = None
 
     def note(self, s):
@@ -1070,6 +1201,337 @@ class Bench:
         if left:
             self.note("hutchd (pool) left behind after draining and SIGTERM: %s" % "; ".join(left)[:500])
 
+    # -- storage: the btrfs pool ----------------------------------------------------
+
+    STORAGE_TEMPLATE = "hbench-big"
+
+    def run_storage(self):
+        """Templates, snapshots, fork and export on hutchd's btrfs pool, on a
+        hutchd of its own: (1) create latency from a template holding
+        --storage-mib MiB of random data vs from `busybox`, interleaved;
+        (2) snapshot time and bytes stored after changing 1 MiB of that
+        root; (4) incremental vs full export size; (3) fork of
+        --fork-count copies of a running sandbox.  Everything it makes is
+        deleted at the end."""
+        a = self.a
+        mib = a.storage_mib
+        d = Hutchd(self.build, "storage", pool=0)
+        self.daemons.append(d)
+        h = d.start()
+        if not getattr(self, "cgroup_version", None):
+            self.cgroup_version = h.get("cgroup")
+        log("hutchd (storage) instance %s" % d.instance)
+        S = self.storage
+        end = time.monotonic() + self.phase_budget()
+
+        def left():
+            return end - time.monotonic()
+
+        def over(what, done):
+            if left() > 0:
+                return False
+            self.note("storage: %s stopped early by the time budget (%d done)" % (what, done))
+            return True
+
+        c = Client(d.sock, timeout=120)
+        try:
+            info, _ = self.storage_info(c)
+            S.update({"backend": info.get("backend"), "quotas": info.get("quotas"), "image": info.get("image"),
+                      "path": info.get("path"),
+                      "pool_size_bytes": info.get("size_bytes"), "template_mib": mib})
+            if info.get("backend") != "btrfs":
+                self.note("storage: the pool is `%s` (%s): section skipped" % (info.get("backend"),
+                                                                              info.get("fallback_reason")))
+                return
+            self.storage_setup(d, c, mib, left)
+            if left() > 0:
+                self.storage_creates(d, c, over)
+            if left() > 0:
+                sid, chain = self.storage_snapshots(d, c, mib, over)
+                if len(chain) >= 2 and left() > 0:
+                    self.storage_export(d, chain, mib, left)
+                if left() > 0:
+                    self.storage_fork(d, c, sid, over)
+        finally:
+            c.close()
+            try:
+                d.delete_all(conc=4, budget_s=60)
+                bad = d.delete_storage(budget_s=60)
+                if bad:
+                    self.note("storage cleanup: %s" % "; ".join(bad)[:500])
+            except (ApiError, OSError) as e:
+                self.note("storage cleanup through the API failed: %r" % e)
+            d.stop(drain_pool=False)
+            lo = d.cleanup_host()
+            if lo:
+                self.note("hutchd (storage) left behind after SIGTERM: %s" % "; ".join(lo)[:500])
+
+    def storage_info(self, c):
+        """GET /v1/storage?sync=true: the pool, after a btrfs commit (so
+        used_bytes is exact)."""
+        st, js, ms = c.request("GET", "/v1/storage?sync=true")
+        if st != 200 or not isinstance(js, dict):
+            raise ApiError("storage: %s %s" % (st, json.dumps(js)[:300]))
+        return js, ms
+
+    def storage_settle(self, c, timeout=30.0):
+        """Wait until btrfs has finished cleaning deleted subvolumes (a
+        delete frees its space in the background, which would shrink the
+        next used_bytes deltas).  The cleaner runs after a transaction
+        commit, so: commit (GET /v1/storage?sync=true), `btrfs subvolume
+        sync` on the pool for up to 2 s, again until it returns; then until
+        two synced used_bytes 0.3 s apart agree.  Returns seconds."""
+        t0 = time.monotonic()
+        path = self.storage.get("path")
+        if path and shutil.which("btrfs"):
+            while time.monotonic() - t0 < timeout:
+                self.storage_info(c)
+                try:
+                    r = subprocess.run(["btrfs", "subvolume", "sync", path], capture_output=True, timeout=2)
+                    if r.returncode == 0:
+                        break
+                except subprocess.TimeoutExpired:
+                    continue
+                except (OSError, subprocess.SubprocessError):
+                    break
+        prev = None
+        while time.monotonic() - t0 < timeout:
+            u = self.storage_info(c)[0]["used_bytes"]
+            if u == prev:
+                break
+            prev = u
+            time.sleep(0.3)
+        return round(time.monotonic() - t0, 2)
+
+    def take_snapshot(self, d, c, sid):
+        st, js, ms = c.request("POST", "/v1/sandboxes/%s/snapshots" % sid, {})
+        if isinstance(js, dict) and js.get("id"):
+            d.snapshots.add(js["id"])
+        if st != 201 or not isinstance(js, dict) or js.get("state") != "ready":
+            raise ApiError("snapshot: %s %s" % (st, json.dumps(js)[:500]))
+        return js, ms
+
+    def exec_ok(self, c, sid, argv, timeout_s=60):
+        st, js, ms = c.request("POST", "/v1/sandboxes/%s/exec" % sid, {"argv": argv, "timeout_s": int(timeout_s)})
+        if st != 200 or not isinstance(js, dict) or js.get("exit_code") != 0:
+            raise ApiError("exec %s: %s %s" % (" ".join(argv), st, json.dumps(js)[:500]))
+        return js, ms
+
+    def storage_setup(self, d, c, mib, left):
+        """The big template: a busybox sandbox writes `mib` MiB of random
+        data (incompressible) to /root/big, is snapshotted, and a template is
+        made from the snapshot.  The writer and the snapshot are deleted."""
+        S = self.storage
+        t0 = time.monotonic()
+        w, _ = c.create({"template": "busybox", "resources": {"disk_mib": max(4096, 2 * mib + 1024)}})
+        d.created.add(w["id"])
+        tmo = max(30, min(600, int(left())))
+        cw = Client(d.sock, timeout=tmo + 30)
+        try:
+            _, ms_write = self.exec_ok(cw, w["id"], ["dd", "if=/dev/urandom", "of=/root/big", "bs=1M",
+                                                     "count=%d" % mib], timeout_s=tmo)
+            js, _ = self.exec_ok(cw, w["id"], ["stat", "-c", "%s", "/root/big"])
+            if int(js["stdout"].strip()) != mib << 20:
+                raise ApiError("the writer's /root/big is %s bytes, not %d" % (js["stdout"].strip(), mib << 20))
+            snap0, ms_snap0 = self.take_snapshot(d, cw, w["id"])
+            d.templates.add(self.STORAGE_TEMPLATE)
+            st, js, ms_tpl = cw.request("POST", "/v1/templates?wait=true", {
+                "name": self.STORAGE_TEMPLATE, "source": "snapshot", "snapshot": snap0["id"]})
+            if st != 201 or not isinstance(js, dict) or js.get("state") != "ready":
+                raise ApiError("template from snapshot: %s %s" % (st, json.dumps(js)[:500]))
+        finally:
+            cw.close()
+        S["setup"] = {"write_ms": round(ms_write, 1), "first_snapshot_ms": round(ms_snap0, 1),
+                      "template_from_snapshot_ms": round(ms_tpl, 1), "template_size_bytes": js.get("size_bytes"),
+                      "wall_s": round(time.monotonic() - t0, 2)}
+        c.delete(w["id"])
+        d.created.discard(w["id"])
+        st, _, _ = c.request("DELETE", "/v1/snapshots/%s" % snap0["id"])
+        if st in (200, 204, 404):
+            d.snapshots.discard(snap0["id"])
+        log("storage: %d MiB template `%s` ready: %s" % (mib, self.STORAGE_TEMPLATE, json.dumps(S["setup"])))
+
+    def storage_creates(self, d, c, over):
+        """(1) create-to-ready (?wait=true) from the big template and from
+        busybox, alternating which goes first, each deleted at once."""
+        a = self.a
+        bodies = {"tiny": {"template": "busybox"}, "big": {"template": self.STORAGE_TEMPLATE}}
+        for k in ("tiny", "big", "tiny", "big"):  # warm-up, untimed
+            sb, _ = c.create(bodies[k])
+            d.created.add(sb["id"])
+            c.delete(sb["id"])
+            d.created.discard(sb["id"])
+        lat = {"tiny": [], "big": []}
+        kind = {}
+        log_off = os.path.getsize(d.logf)
+        self.mark()
+        for i in range(a.storage_creates):
+            if over("creates", i):
+                break
+            for k in (("tiny", "big") if i % 2 == 0 else ("big", "tiny")):
+                sb, ms = c.create(bodies[k])
+                d.created.add(sb["id"])
+                kind[sb["id"]] = k
+                lat[k].append(ms)
+                c.delete(sb["id"])
+                d.created.discard(sb["id"])
+        cpu = self.cpu()
+        self.record("storage_create_tiny", lat["tiny"], cpu=cpu, template="busybox")
+        self.record("storage_create_big", lat["big"], cpu=cpu, template=self.STORAGE_TEMPLATE)
+        # hutchd's view: rootfs_ms (the root: a btrfs snapshot of the template) of each kind.
+        rootfs = {"tiny": [], "big": []}
+        for e in log_events(d.logf, log_off, "sandbox.created"):
+            k = kind.get(e.get("id"))
+            try:
+                if k:
+                    rootfs[k].append(float(e["rootfs_ms"]))
+            except (KeyError, ValueError):
+                pass
+        for k, v in rootfs.items():
+            if v:
+                self.record("storage_create_%s_rootfs" % k, v)
+        t, b = self.stats["storage_create_tiny"], self.stats["storage_create_big"]
+        if t.get("n") and b.get("n"):
+            self.storage["create_ratio"] = {q: round(b[q] / t[q], 3) for q in ("p50", "p90", "p99")}
+            self.storage["create_ratio_p50"] = self.storage["create_ratio"]["p50"]
+
+    def storage_snapshots(self, d, c, mib, over):
+        """(2) a sandbox from the big template, a first snapshot, then K
+        times: pool used_bytes (synced), overwrite 1 MiB of /root/big at a
+        random MiB offset, POST a snapshot (timed), used_bytes again."""
+        a = self.a
+        sb, _ = c.create({"template": self.STORAGE_TEMPLATE, "resources": {"disk_mib": 4096}})
+        sid = sb["id"]
+        d.created.add(sid)
+        first, _ = self.take_snapshot(d, c, sid)
+        chain = [first["id"]]
+        # The creates above deleted subvolumes: let btrfs finish freeing them.
+        self.storage["settle_s_before_snapshots"] = self.storage_settle(c)
+        log_off = os.path.getsize(d.logf)
+        rng = random.Random(a.storage_seed)
+        snap_ms, stored, exec_ms, offsets = [], [], [], []
+        dev, io0 = disk_io_ms(self.storage.get("image") or d.data)
+        t_io0 = time.monotonic()
+        self.mark()
+        for i in range(a.storage_snapshots):
+            if over("snapshots", i):
+                break
+            off = rng.randrange(mib)
+            before, _ = self.storage_info(c)
+            _, ems = self.exec_ok(c, sid, ["dd", "if=/dev/urandom", "of=/root/big", "bs=1M", "count=1",
+                                           "seek=%d" % off, "conv=notrunc"])
+            js, ms = self.take_snapshot(d, c, sid)
+            after, _ = self.storage_info(c)
+            chain.append(js["id"])
+            snap_ms.append(ms)
+            exec_ms.append(ems)
+            offsets.append(off)
+            stored.append(after["used_bytes"] - before["used_bytes"])
+        cpu = self.cpu()
+        _, io1 = disk_io_ms(self.storage.get("image") or d.data)
+        extra = {}
+        if io0 is not None and io1 is not None:
+            extra = {"disk": dev, "disk_busy_pct": round(100.0 * (io1 - io0) / 1000.0 / max(1e-3, time.monotonic() - t_io0), 1)}
+        js, _ = self.exec_ok(c, sid, ["stat", "-c", "%s", "/root/big"])
+        if int(js["stdout"].strip()) != mib << 20:
+            self.note("storage: /root/big changed size to %s bytes during the snapshot loop" % js["stdout"].strip())
+        self.record("storage_snapshot", snap_ms, cpu=cpu, changed_mib=1, root_mib=mib, **extra)
+        ev = {e.get("id"): e for e in log_events(d.logf, log_off, "snapshot.created")}
+        dur, frz = [], []
+        for s in chain[1:]:
+            e = ev.get(s)
+            try:
+                dur.append(float(e["dur_ms"]))
+                frz.append(float(e["frozen_ms"]))
+            except (TypeError, KeyError, ValueError):
+                pass
+        if dur:
+            self.record("storage_snapshot_server", dur)
+        if frz:
+            self.record("storage_snapshot_frozen", frz)
+        if exec_ms:
+            self.record("storage_change_exec", exec_ms)
+        if stored:
+            mibs = sorted(x / 1048576.0 for x in stored)
+            self.storage["stored_per_snapshot"] = {
+                "n": len(mibs), "unit": "MiB", "changed_mib": 1, "min": round(mibs[0], 3),
+                "p50": round(pct(mibs, 50), 3), "mean": round(sum(mibs) / len(mibs), 3), "max": round(mibs[-1], 3),
+                "how": "GET /v1/storage?sync=true used_bytes (data + metadata) after the snapshot minus before the change"}
+            self.storage["stored_mib_per_snapshot_mean"] = round(sum(mibs) / len(mibs), 3)
+            self.storage_raw = {"stored_bytes": stored, "change_offsets_mib": offsets}
+            log("storage: stored per snapshot (MiB): %s" % json.dumps(self.storage["stored_per_snapshot"]))
+        return sid, chain
+
+    def storage_export(self, d, chain, mib, left):
+        """(4) the last snapshot exported incrementally against the one
+        before (1 MiB changed between them), then in full."""
+        last, prev = chain[-1], chain[-2]
+        log_off = os.path.getsize(d.logf)
+        out = {"snapshot": last, "parent": prev, "changed_bytes": 1 << 20}
+        tmo = max(30, min(600, left()))
+        st, n, ms, err = stream_get(d.sock, "/v1/snapshots/%s/export?parent=%s" % (last, prev), tmo)
+        if st != 200:
+            self.note("storage: incremental export: %s %s" % (st, err))
+            return
+        out.update({"incremental_bytes": n, "incremental_ms": round(ms, 1),
+                    "incremental_vs_changed": round(n / float(1 << 20), 3)})
+        if left() > 0:
+            st, n, ms, err = stream_get(d.sock, "/v1/snapshots/%s/export" % last, max(30, min(600, left() + 60)))
+            if st == 200:
+                out.update({"full_bytes": n, "full_ms": round(ms, 1), "root_bytes": mib << 20,
+                            "full_vs_root": round(n / float(mib << 20), 3),
+                            "incremental_vs_full": round(out["incremental_bytes"] / float(n), 5) if n else None})
+            else:
+                self.note("storage: full export: %s %s" % (st, err))
+        ev = log_events(d.logf, log_off, "snapshot.exported")
+        for e in ev:
+            which = "incremental" if e.get("parent") not in (None, "-") else "full"
+            try:
+                out[which + "_send_bytes"] = int(e["send_bytes"])
+                out[which + "_server_ms"] = float(e["dur_ms"])
+            except (KeyError, ValueError):
+                pass
+        self.storage["export"] = out
+        log("storage: export %s" % json.dumps(out))
+
+    def storage_fork(self, d, c, sid, over):
+        """(3) POST /fork?wait=true {"count": N} of the running sandbox with
+        the big root: wall time until all N copies run; then the copies and
+        the fork's snapshot are deleted (timed)."""
+        a = self.a
+        n = a.fork_count
+        cf = Client(d.sock, timeout=max(120, 10 * n))
+        fork_ms, per_copy, del_ms = [], [], []
+        try:
+            for j in range(a.storage_forks):
+                if over("forks", j):
+                    break
+                st, js, ms = cf.request("POST", "/v1/sandboxes/%s/fork?wait=true" % sid, {"count": n})
+                ids = [x.get("id") for x in (js or {}).get("sandboxes", []) if x.get("id")] if isinstance(js, dict) else []
+                d.created.update(ids)
+                snap = js.get("snapshot") if isinstance(js, dict) else None
+                if snap:
+                    d.snapshots.add(snap)
+                running = sum(1 for x in js.get("sandboxes", []) if x.get("state") == "running") if isinstance(js, dict) else 0
+                if st != 201 or running != n:
+                    self.note("storage: fork: %s, %d/%d copies running: %s" % (st, running, n, json.dumps(js)[:300]))
+                    break
+                fork_ms.append(ms)
+                per_copy.append(ms / n)
+                for x in ids:
+                    _, dms = c.delete(x)
+                    d.created.discard(x)
+                    del_ms.append(dms)
+                st, _, _ = c.request("DELETE", "/v1/snapshots/%s" % snap)
+                if st in (200, 204, 404):
+                    d.snapshots.discard(snap)
+        finally:
+            cf.close()
+        if fork_ms:
+            self.record("storage_fork", fork_ms, count=n)
+            self.record("storage_fork_per_copy", per_copy, count=n)
+            self.record("storage_fork_delete", del_ms)
+
     def snapshot_binaries(self):
         """Run private copies of the binaries: a `make` elsewhere during the
         run (others work in this tree) must not swap them mid-measurement."""
@@ -1105,15 +1567,21 @@ class Bench:
                 setattr(self.a, "n_" + tool, 0)
         try:
             self.snapshot_binaries()
-            self.run_nopool()
-            if self.a.pool > 0 and self.budget.ok(self.a.reserve_s):
+            if "api" in self.a.only:
+                self.run_nopool()
+            if "pool" in self.a.only and self.a.pool > 0 and self.budget.ok(self.a.reserve_s):
                 self.run_pool()
+            if "storage" in self.a.only and self.budget.ok(self.a.reserve_s):
+                self.run_storage()
         finally:
             for d in self.daemons:
                 try:
                     if d.proc is not None and d.proc.poll() is None:
                         try:
                             d.delete_all(conc=4, budget_s=30)
+                            bad = d.delete_storage(budget_s=30)
+                            if bad:
+                                self.note("cleanup (%s): %s" % (d.label, "; ".join(bad)[:500]))
                         except Exception as e:  # noqa: BLE001
                             log("delete_all (%s): %r" % (d.label, e))
                         d.stop(drain_pool=d.pool > 0)
@@ -1155,6 +1623,8 @@ def evaluate_targets(b):
     for key, desc, (name, field), op, bound, unit in TARGETS:
         if name == "density_max":
             v = b.density[-1]["per_sandbox_mib"] if b.density else None
+        elif name == "storage":
+            v = (getattr(b, "storage", None) or {}).get(field)
         else:
             v = (b.stats.get(name) or {}).get(field)
         if v is None:
@@ -1219,9 +1689,30 @@ def table(b, targets, rat):
         ("kernel probe: write cgroup.procs, 50 ms apart", "probe_cgroup_attach_spaced", "one migration per create"),
         ("kernel probe: write cgroup.procs, back to back", "probe_cgroup_attach_b2b", ""),
     ]
-    for label, key, note in rows:
+    st = getattr(b, "storage", None) or {}
+    if any(k.startswith("storage_") for k in b.stats):
+        big = "%s MiB" % st.get("template_mib", "?")
+        rows += [
+            ("storage (btrfs pool, its own hutchd):", None, ""),
+            ("create from busybox template", "storage_create_tiny", "interleaved with the next row; deleted after each"),
+            ("create from a %s template" % big, "storage_create_big", "random data"),
+            ("  root preparation (rootfs_ms), busybox", "storage_create_tiny_rootfs", "hutchd's log"),
+            ("  root preparation (rootfs_ms), %s" % big, "storage_create_big_rootfs", "hutchd's log"),
+            ("snapshot, %s root, 1 MiB changed" % big, "storage_snapshot", "running sandbox; POST …/snapshots"),
+            ("  hutchd's view (snapshot.created dur_ms)", "storage_snapshot_server", ""),
+            ("  of which frozen (frozen_ms)", "storage_snapshot_frozen", ""),
+            ("  the change: exec dd 1 MiB conv=notrunc", "storage_change_exec", "not part of the snapshot time"),
+            ("fork ×%s of a running %s sandbox" % (b.a.fork_count, big), "storage_fork", "POST …/fork?wait=true, until all run"),
+            ("  per copy (fork wall / count)", "storage_fork_per_copy", ""),
+            ("  delete a fork copy", "storage_fork_delete", ""),
+        ]
+    for i, (label, key, note) in enumerate(rows):
         if key is None:
-            L.append(label)
+            # a heading: only when a row under it has data
+            nxt = [k for _, k, _ in rows[i + 1:]]
+            nxt = nxt[:nxt.index(None)] if None in nxt else nxt
+            if any((b.stats.get(k) or {}).get("n") for k in nxt):
+                L.append(label)
             continue
         s = b.stats.get(key)
         if not s or not s.get("n"):
@@ -1229,6 +1720,8 @@ def table(b, targets, rat):
         extra = []
         if "from_pool" in s:
             extra.append("from_pool %d/%d" % (s["from_pool"], s["n"]))
+        if "disk_busy_pct" in s:
+            extra.append("disk %s busy %.0f%% meanwhile" % (s["disk"], s["disk_busy_pct"]))
         if "pace_ms" in s:
             extra.append("pause %s ms between creates" % s["pace_ms"])
         if "per_s" in s:
@@ -1264,7 +1757,33 @@ def table(b, targets, rat):
                 p["per_sandbox_mib"], p["per_sandbox_mib_without_init_pss"], p["host_memavailable_drop_mib"]))
         L.append("  cgroup breakdown at %d live: %s" % (b.density[-1]["live"], json.dumps(b.density[-1]["cgroup_breakdown_mib"])))
         L.append("")
-    L.append("targets (issue 3):")
+    if st:
+        L.append("storage: backend %s, quotas %s, pool image %s (%.1f GiB sparse)" % (
+            st.get("backend"), "on" if st.get("quotas") else "off", st.get("image") or "-",
+            (st.get("pool_size_bytes") or 0) / 2.0 ** 30))
+        su = st.get("setup")
+        if su:
+            L.append("  %s MiB template: written by dd in %.1f s; first snapshot %.0f ms; template from it %.0f ms" % (
+                st.get("template_mib"), su["write_ms"] / 1000.0, su["first_snapshot_ms"], su["template_from_snapshot_ms"]))
+        cr = st.get("create_ratio")
+        if cr:
+            L.append("  create ratio %s MiB template / busybox:  p50 %.2f  p90 %.2f  p99 %.2f" % (
+                st.get("template_mib"), cr["p50"], cr["p90"], cr["p99"]))
+        sp = st.get("stored_per_snapshot")
+        if sp:
+            L.append("  stored per snapshot after a 1 MiB change (MiB, pool used_bytes growth, synced, n=%d):"
+                     "  p50 %.3f  mean %.3f  min %.3f  max %.3f" % (sp["n"], sp["p50"], sp["mean"], sp["min"], sp["max"]))
+            L.append("    (measured after waiting %s s for btrfs to free the subvolumes the creates deleted)" % (
+                st.get("settle_s_before_snapshots"),))
+        ex = st.get("export")
+        if ex:
+            L.append("  export, incremental to the previous snapshot: %d bytes = %.2f × the 1 MiB changed (send stream %s bytes), %.0f ms" % (
+                ex["incremental_bytes"], ex["incremental_vs_changed"], ex.get("incremental_send_bytes", "?"), ex["incremental_ms"]))
+            if "full_bytes" in ex:
+                L.append("  export, full: %d bytes = %.3f × the %s MiB root (send stream %s bytes), %.0f ms" % (
+                    ex["full_bytes"], ex["full_vs_root"], st.get("template_mib"), ex.get("full_send_bytes", "?"), ex["full_ms"]))
+        L.append("")
+    L.append("targets (issue 3; storage):")
     for t in targets:
         L.append("  %-7s %-62s %-12s %s" % (t["result"], t["what"], t["bound"],
                                            fmt(t["value"]) + (" " + t["unit"] if t["value"] is not None else "")))
@@ -1283,7 +1802,10 @@ def table(b, targets, rat):
 def plot(b, out_png):
     series = [("create, no pool (seq)", "create_seq_nopool"), ("create, no pool (c8)", "create_c8_nopool"),
               ("create, pool claims (paced)", "create_seq_pool_claims"), ("exec true (keep-alive)", "exec_keepalive"),
-              ("bwrap /bin/true", "bwrap"), ("runsc do /bin/true", "runsc")]
+              ("bwrap /bin/true", "bwrap"), ("runsc do /bin/true", "runsc"),
+              ("create, busybox template (storage)", "storage_create_tiny"),
+              ("create, 1 GiB template (storage)", "storage_create_big"),
+              ("snapshot after a 1 MiB change", "storage_snapshot")]
     series = [(t, k) for t, k in series if b.samples.get(k)]
     if not series or not shutil.which("gnuplot"):
         return False
@@ -1296,8 +1818,8 @@ def plot(b, out_png):
             with open(fn, "w") as f:
                 for j, v in enumerate(s):
                     f.write("%.4f %.5f\n" % (max(v, 0.01), (j + 1) / len(s)))
-            plots.append("'%s' using 1:2 with steps lw 2 title '%s (n=%d, p50 %.2f ms)'" % (
-                fn, title, len(s), pct(s, 50)))
+            plots.append("'%s' using 1:2 with steps lw 2 dt %d title '%s (n=%d, p50 %.2f ms)'" % (
+                fn, 1 + i // 8, title, len(s), pct(s, 50)))  # dashed once the 8 colours repeat
         gp = os.path.join(tmp, "plot.gp")
         with open(gp, "w") as f:
             f.write("set terminal pngcairo size 1000,600 font 'sans,10'\n")
@@ -1336,6 +1858,15 @@ def main():
     ap.add_argument("--n-probe", type=int, default=30, help="samples per kernel probe (default 30)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed create+exec+delete before measuring (default 5)")
     ap.add_argument("--settle-s", type=float, default=1.0, help="pause before a density measurement (default 1)")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help="comma-separated sections to run: api (no pool), pool, storage (default: all)")
+    ap.add_argument("--storage-mib", type=int, default=1024, help="size of the big template's random file (default 1024)")
+    ap.add_argument("--storage-creates", type=int, default=50,
+                    help="creates from each of the big and the busybox template (default 50)")
+    ap.add_argument("--storage-snapshots", type=int, default=20, help="1 MiB change + snapshot rounds (default 20)")
+    ap.add_argument("--storage-forks", type=int, default=3, help="fork calls (default 3)")
+    ap.add_argument("--fork-count", type=int, default=10, help="copies per fork call (default 10)")
+    ap.add_argument("--storage-seed", type=int, default=1, help="seed of the random change offsets (default 1)")
     ap.add_argument("--max-seconds", type=float, default=900, help="hard bound on the whole run (default 900)")
     ap.add_argument("--reserve-s", type=float, default=60, help="part of the bound kept for cleanup (default 60)")
     ap.add_argument("--results-dir", default=RESULTS, help="where JSON and PNG go (default bench/results)")
@@ -1345,9 +1876,16 @@ def main():
         a.n_create, a.n_exec, a.n_exec_fresh, a.n_health = min(a.n_create, 20), min(a.n_exec, 100), 20, 20
         a.n_cycles, a.n_bwrap, a.n_runsc, a.density = min(a.n_cycles, 24), min(a.n_bwrap, 20), min(a.n_runsc, 3), "5,20"
         a.pool, a.warmup, a.settle_s, a.n_probe = min(a.pool, 4), 2, 0.3, min(a.n_probe, 10)
+        a.storage_creates, a.storage_snapshots, a.storage_forks = min(a.storage_creates, 10), min(a.storage_snapshots, 5), 1
         a.max_seconds = min(a.max_seconds, 180)
         a.reserve_s = min(a.reserve_s, 30)
     a.density = [int(x) for x in str(a.density).split(",") if x.strip()]
+    a.only = [x.strip() for x in a.only.split(",") if x.strip()]
+    for x in a.only:
+        if x not in SECTIONS:
+            sys.exit("bench: --only: unknown section `%s` (%s)" % (x, ", ".join(SECTIONS)))
+    if a.storage_mib < 2 or a.fork_count < 1:
+        sys.exit("bench: --storage-mib >= 2 and --fork-count >= 1")
     if os.geteuid() != 0:
         sys.exit("bench: must run as root (hutchd needs it)")
     b = Bench(a)
@@ -1390,6 +1928,7 @@ def main():
         "params": {k: v for k, v in vars(a).items() if k not in ("results_dir",)},
         "latency_ms": b.stats,
         "density": b.density,
+        "storage": b.storage,
         "ratios": rat,
         "qemu": "n/a (no vm runtime yet)",
         "targets": targets,
@@ -1399,7 +1938,8 @@ def main():
     }
     latest = os.path.join(a.results_dir, "latest.json")
     with open(os.path.join(a.results_dir, stamp + ".json"), "w") as f:
-        json.dump(dict(doc, samples_ms={k: [round(x, 3) for x in v] for k, v in b.samples.items()}), f)
+        json.dump(dict(doc, samples_ms={k: [round(x, 3) for x in v] for k, v in b.samples.items()},
+                       storage_raw=b.storage_raw), f)
     with open(latest, "w") as f:
         json.dump(doc, f, indent=1, sort_keys=False)
         f.write("\n")

@@ -40,6 +40,20 @@ enum {
   K_NO_REPLAY,
   K_SIGNAL,
   K_ON_TIMEOUT,
+  K_FROM_SNAPSHOT,
+  K_SNAPSHOT_EVERY,
+  K_SOURCE,
+  K_SUITE,
+  K_MIRROR,
+  K_PACKAGE,
+  K_OCI,
+  K_IMAGE,
+  K_KIND,
+  K_OUTPUT,
+  K_PARENT,
+  K_INCREMENTAL,
+  K_COUNT,
+  K_SNAPSHOT,
 };
 
 #define OPT_HELP \
@@ -352,6 +366,8 @@ int hutch_parse_create_args(int argc, char **argv, hutch_create_args *a, hutch_e
       {"env", 0, true, K_ENV},
       {"timeout", 0, true, K_TIMEOUT},
       {"on-timeout", 0, true, K_ON_TIMEOUT},
+      {"from-snapshot", 0, true, K_FROM_SNAPSHOT},
+      {"snapshot-every", 0, true, K_SNAPSHOT_EVERY},
       {"no-wait", 0, false, K_NO_WAIT},
       OPT_JSON,
       OPT_HELP,
@@ -381,6 +397,14 @@ int hutch_parse_create_args(int argc, char **argv, hutch_create_args *a, hutch_e
         if (strcmp(p.arg, "delete") != 0 && strcmp(p.arg, "suspend") != 0)
           return hutch_err_invalid(err, "--on-timeout `%s`: expected delete or suspend", p.arg);
         json_object_set_new(a->body, "on_timeout", json_string(p.arg));
+        break;
+      case K_FROM_SNAPSHOT:
+        if (set_string(a->body, "from_snapshot", "from-snapshot", p.arg, err) < 0) return -1;
+        break;
+      case K_SNAPSHOT_EVERY:
+        /* 0 turns automatic snapshots off; hutchd bounds the interval. */
+        if (set_int(sub_object(a->body, "snapshots"), "interval_s", "snapshot-every", p.arg, err) < 0)
+          return -1;
         break;
       default:
         if (create_opt(a->body, k, p.arg, err) < 0) return -1;
@@ -847,4 +871,302 @@ int hutch_parse_cp_args(int argc, char **argv, hutch_cp_args *a, hutch_err *err)
 void hutch_cp_args_free(hutch_cp_args *a) {
   free(a->id);
   a->id = NULL;
+}
+
+/* ---- storage: template, snapshot, rollback, fork -------------------------- */
+
+/* The template sources hutchd builds from (docs/api.md "Storage"). */
+static const char *const template_sources[] = {"host", "busybox", "debian", "oci", "snapshot", NULL};
+/* Snapshot kinds, for `snapshot list --kind`. */
+static const char *const snapshot_kinds[] = {"manual", "auto", "fork", "imported", NULL};
+
+static bool in_set(const char *const *set, const char *s) {
+  for (; *set; set++)
+    if (strcmp(*set, s) == 0) return true;
+  return false;
+}
+
+/* An option given to an action it does not apply to. */
+static int only_for(const char *opt, const char *what, hutch_err *err) {
+  return hutch_err_invalid(err, "--%s applies only to `%s`", opt, what);
+}
+
+int hutch_parse_template_args(int argc, char **argv, hutch_template_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {
+      {"source", 0, true, K_SOURCE},   {"suite", 0, true, K_SUITE},
+      {"mirror", 0, true, K_MIRROR},   {"package", 0, true, K_PACKAGE},
+      {"oci", 0, true, K_OCI},         {"image", 0, true, K_IMAGE},
+      {"from-snapshot", 0, true, K_FROM_SNAPSHOT},
+      {"no-wait", 0, false, K_NO_WAIT},
+      OPT_JSON,
+      OPT_HELP,
+      OPT_END,
+  };
+  memset(a, 0, sizeof *a);
+  a->wait = true;
+  a->body = json_object();
+  json_t *packages = json_array();
+  json_object_set_new(a->body, "packages", packages); /* freed with the body on any error */
+  const char *words[2] = {NULL, NULL};
+  int nwords = 0;
+  const char *source = NULL, *suite = NULL, *mirror = NULL, *oci = NULL, *image = NULL,
+             *snap = NULL;
+  const char *create_only = NULL; /* the first option that only `create` takes */
+  hutch_argp p;
+  hutch_argp_init(&p, argc, argv, opts, -1);
+  int k;
+  while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
+    const char *opt = NULL; /* create options: for the value checks below */
+    switch (k) {
+      case HUTCH_ARG_POSITIONAL:
+        if (nwords == 2) return hutch_err_invalid(err, "unexpected argument `%s`", p.arg);
+        words[nwords++] = p.arg;
+        continue;
+      case K_HELP: a->help = true; return 0;
+      case K_JSON: a->json = true; continue;
+      case K_NO_WAIT: a->wait = false; opt = "no-wait"; break;
+      case K_SOURCE: opt = "source"; source = p.arg; break;
+      case K_SUITE: opt = "suite"; suite = p.arg; break;
+      case K_MIRROR: opt = "mirror"; mirror = p.arg; break;
+      case K_OCI: opt = "oci"; oci = p.arg; break;
+      case K_IMAGE: opt = "image"; image = p.arg; break;
+      case K_FROM_SNAPSHOT: opt = "from-snapshot"; snap = p.arg; break;
+      case K_PACKAGE: {
+        opt = "package";
+        if (nonempty(opt, p.arg, err) < 0) return -1;
+        json_t *v = utf8_string("--package", p.arg, err);
+        if (!v) return -1;
+        json_array_append_new(packages, v);
+        break;
+      }
+    }
+    if (!create_only) create_only = opt;
+    if (p.arg && nonempty(opt, p.arg, err) < 0) return -1;
+  }
+  if (k < 0) return -1;
+  if (nwords == 0) return hutch_err_invalid(err, "missing template command (list, get, delete or create)");
+  const char *act = words[0];
+  if (strcmp(act, "list") == 0 || strcmp(act, "ls") == 0)
+    a->action = HUTCH_TPL_LIST;
+  else if (strcmp(act, "get") == 0)
+    a->action = HUTCH_TPL_GET;
+  else if (strcmp(act, "delete") == 0 || strcmp(act, "rm") == 0)
+    a->action = HUTCH_TPL_DELETE;
+  else if (strcmp(act, "create") == 0)
+    a->action = HUTCH_TPL_CREATE;
+  else
+    return hutch_err_invalid(err, "unknown template command `%s` (list, get, delete or create)", act);
+  if (a->action == HUTCH_TPL_LIST) {
+    if (nwords > 1) return hutch_err_invalid(err, "unexpected argument `%s`", words[1]);
+  } else {
+    if (nwords < 2) return hutch_err_invalid(err, "missing template NAME");
+    if (!*words[1]) return hutch_err_invalid(err, "empty template NAME");
+    a->name = words[1];
+  }
+  if (a->action != HUTCH_TPL_CREATE) {
+    if (create_only) return only_for(create_only, "template create", err);
+    json_decref(a->body);
+    a->body = NULL;
+    return 0;
+  }
+
+  /* The source: given, or implied by --from-snapshot or --oci. */
+  if (source && !in_set(template_sources, source))
+    return hutch_err_invalid(err, "--source `%s`: expected host, busybox, debian, oci or snapshot",
+                             source);
+  if (snap && source && strcmp(source, "snapshot") != 0)
+    return hutch_err_invalid(err, "--from-snapshot implies --source snapshot, not `%s`", source);
+  if (oci && source && strcmp(source, "oci") != 0)
+    return hutch_err_invalid(err, "--oci implies --source oci, not `%s`", source);
+  if (snap && oci) return hutch_err_invalid(err, "--from-snapshot and --oci exclude each other");
+  if (!source) source = snap ? "snapshot" : oci ? "oci" : NULL;
+  if (!source)
+    return hutch_err_invalid(err, "missing --source (host, busybox, debian, oci or snapshot)");
+  bool debian = strcmp(source, "debian") == 0, is_oci = strcmp(source, "oci") == 0;
+  if (!debian && (suite || mirror || json_array_size(packages)))
+    return only_for(suite ? "suite" : mirror ? "mirror" : "package", "--source debian", err);
+  if (!is_oci && image) return only_for("image", "--source oci", err);
+  if (is_oci && !oci) return hutch_err_invalid(err, "--source oci needs --oci PATH");
+  if (strcmp(source, "snapshot") == 0 && !snap)
+    return hutch_err_invalid(err, "--source snapshot needs --from-snapshot SNAP");
+
+  /* name and source first, then the source's own fields. */
+  json_t *name = utf8_string("template NAME", a->name, err);
+  if (!name) return -1;
+  json_t *body = json_object();
+  json_object_set_new(body, "name", name);
+  json_object_set_new(body, "source", json_string(source));
+  if ((suite && set_string(body, "suite", "suite", suite, err) < 0) ||
+      (mirror && set_string(body, "mirror", "mirror", mirror, err) < 0) ||
+      (oci && set_string(body, "path", "oci", oci, err) < 0) ||
+      (image && set_string(body, "image", "image", image, err) < 0) ||
+      (snap && set_string(body, "snapshot", "from-snapshot", snap, err) < 0)) {
+    json_decref(body);
+    return -1;
+  }
+  if (json_array_size(packages)) json_object_set(body, "packages", packages);
+  json_decref(a->body);
+  a->body = body;
+  return 0;
+}
+
+void hutch_template_args_free(hutch_template_args *a) {
+  json_decref(a->body);
+  a->body = NULL;
+}
+
+int hutch_parse_snapshot_args(int argc, char **argv, hutch_snapshot_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {
+      {"label", 0, true, K_LABEL},       {"kind", 0, true, K_KIND},
+      {"output", 'o', true, K_OUTPUT},   {"parent", 0, true, K_PARENT},
+      {"incremental", 0, false, K_INCREMENTAL},
+      OPT_JSON,
+      OPT_HELP,
+      OPT_END,
+  };
+  memset(a, 0, sizeof *a);
+  a->ids = xcalloc((size_t)argc + 1, sizeof *a->ids);
+  a->body = json_object();
+  a->query = xstrdup("");
+  const char *action = NULL, *kind = NULL, *parent = NULL;
+  bool incremental = false, labels = false;
+  hutch_argp p;
+  hutch_argp_init(&p, argc, argv, opts, -1);
+  int k;
+  while ((k = hutch_argp_next(&p, err)) > HUTCH_ARG_END) {
+    switch (k) {
+      case HUTCH_ARG_POSITIONAL:
+        if (!action) {
+          action = p.arg;
+        } else {
+          if (!*p.arg) return hutch_err_invalid(err, "empty argument");
+          a->ids[a->nids++] = p.arg;
+        }
+        break;
+      case K_HELP: a->help = true; return 0;
+      case K_JSON: a->json = true; break;
+      case K_LABEL:
+        labels = true;
+        if (hutch_parse_kv("label", p.arg, sub_object(a->body, "labels"), err) < 0) return -1;
+        break;
+      case K_KIND:
+        if (!in_set(snapshot_kinds, p.arg))
+          return hutch_err_invalid(err, "--kind `%s`: expected manual, auto, fork or imported",
+                                   p.arg);
+        kind = p.arg;
+        break;
+      case K_OUTPUT:
+        if (nonempty("output", p.arg, err) < 0) return -1;
+        a->output = p.arg;
+        break;
+      case K_PARENT:
+        if (nonempty("parent", p.arg, err) < 0) return -1;
+        parent = p.arg;
+        break;
+      case K_INCREMENTAL: incremental = true; break;
+    }
+  }
+  if (k < 0) return -1;
+  static const char actions[] = "create, list, get, delete, export or import";
+  if (!action) return hutch_err_invalid(err, "missing snapshot command (%s)", actions);
+  struct {
+    const char *name;
+    enum hutch_snap_action action;
+    int min, max; /* words after the action */
+    const char *word;
+  } const table[] = {
+      {"create", HUTCH_SNAP_CREATE, 1, 1, "sandbox ID"},
+      {"list", HUTCH_SNAP_LIST, 0, 1, NULL},
+      {"ls", HUTCH_SNAP_LIST, 0, 1, NULL},
+      {"get", HUTCH_SNAP_GET, 1, 1, "snapshot ID"},
+      {"delete", HUTCH_SNAP_DELETE, 1, -1, "snapshot ID"},
+      {"rm", HUTCH_SNAP_DELETE, 1, -1, "snapshot ID"},
+      {"export", HUTCH_SNAP_EXPORT, 1, 1, "snapshot ID"},
+      {"import", HUTCH_SNAP_IMPORT, 1, 1, "FILE"},
+  };
+  size_t t;
+  for (t = 0; t < sizeof table / sizeof *table; t++)
+    if (strcmp(table[t].name, action) == 0) break;
+  if (t == sizeof table / sizeof *table)
+    return hutch_err_invalid(err, "unknown snapshot command `%s` (%s)", action, actions);
+  a->action = table[t].action;
+  if (a->nids < table[t].min) return hutch_err_invalid(err, "missing %s", table[t].word);
+  if (table[t].max >= 0 && a->nids > table[t].max)
+    return hutch_err_invalid(err, "unexpected argument `%s`", a->ids[table[t].max]);
+  if (labels && a->action != HUTCH_SNAP_CREATE) return only_for("label", "snapshot create", err);
+  if (kind && a->action != HUTCH_SNAP_LIST) return only_for("kind", "snapshot list", err);
+  if (a->action != HUTCH_SNAP_EXPORT) {
+    if (a->output) return only_for("output", "snapshot export", err);
+    if (parent) return only_for("parent", "snapshot export", err);
+    if (incremental) return only_for("incremental", "snapshot export", err);
+  }
+  if (parent && incremental) return hutch_err_invalid(err, "--parent and --incremental exclude each other");
+  if (a->action == HUTCH_SNAP_EXPORT && a->json)
+    return hutch_err_invalid(err, "--json does not apply to `snapshot export` (it writes the stream)");
+  if (kind) query_add(&a->query, "kind", kind);
+  if (parent) query_add(&a->query, "parent", parent);
+  if (incremental) query_add(&a->query, "incremental", "true");
+  return 0;
+}
+
+void hutch_snapshot_args_free(hutch_snapshot_args *a) {
+  free(a->ids);
+  json_decref(a->body);
+  free(a->query);
+  a->ids = NULL;
+  a->body = NULL;
+  a->query = NULL;
+}
+
+static int body_opt(void *arg, int key, const char *val, hutch_err *err) {
+  hutch_body_args *a = arg;
+  switch (key) {
+    case K_JSON: a->json = true; return 0;
+    case K_LABEL: return hutch_parse_kv("label", val, sub_object(a->body, "labels"), err);
+    case K_SNAPSHOT: return set_string(a->body, "snapshot", "snapshot", val, err);
+    case K_COUNT: {
+      long long n = 0;
+      if (hutch_parse_int("count", val, HUTCH_ARG_INT_MAX, &n, err) < 0) return -1;
+      if (n == 0) return hutch_err_invalid(err, "--count `%s`: at least 1", val);
+      json_object_set_new(a->body, "count", json_integer(n));
+      return 0;
+    }
+    default: return 0;
+  }
+}
+
+int hutch_parse_rollback_args(int argc, char **argv, hutch_body_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {OPT_JSON, OPT_HELP, OPT_END};
+  static const char *const names[] = {"sandbox ID", "snapshot ID"};
+  memset(a, 0, sizeof *a);
+  a->body = json_object();
+  const char *w[2] = {NULL, NULL};
+  if (parse_words(argc, argv, opts, body_opt, a, &a->help, w, 2, names, err) < 0) return -1;
+  if (a->help) return 0;
+  a->id = w[0];
+  json_t *snap = utf8_string("snapshot ID", w[1], err);
+  if (!snap) return -1;
+  json_object_set_new(a->body, "snapshot", snap);
+  return 0;
+}
+
+int hutch_parse_fork_args(int argc, char **argv, hutch_body_args *a, hutch_err *err) {
+  static const hutch_opt opts[] = {{"count", 'n', true, K_COUNT},
+                                   {"snapshot", 0, true, K_SNAPSHOT},
+                                   {"label", 0, true, K_LABEL},
+                                   OPT_JSON,
+                                   OPT_HELP,
+                                   OPT_END};
+  static const char *const names[] = {"sandbox ID"};
+  memset(a, 0, sizeof *a);
+  a->body = json_object();
+  const char *w[1] = {NULL};
+  if (parse_words(argc, argv, opts, body_opt, a, &a->help, w, 1, names, err) < 0) return -1;
+  a->id = w[0];
+  return 0;
+}
+
+void hutch_body_args_free(hutch_body_args *a) {
+  json_decref(a->body);
+  a->body = NULL;
 }

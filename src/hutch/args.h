@@ -74,7 +74,8 @@ typedef struct hutch_global_args {
 int hutch_parse_global_args(int argc, char **argv, hutch_global_args *g, hutch_err *err);
 
 /* hutch create: body is the POST /v1/sandboxes request (--on-timeout sets
- * "on_timeout": "delete" or "suspend"). */
+ * "on_timeout": "delete" or "suspend"; --from-snapshot sets "from_snapshot";
+ * --snapshot-every N sets "snapshots": {"interval_s": N}). */
 typedef struct hutch_create_args {
   json_t *body;
   bool wait;
@@ -194,7 +195,69 @@ typedef struct hutch_admin_args {
 } hutch_admin_args;
 int hutch_parse_admin_args(int argc, char **argv, hutch_admin_args *a, hutch_err *err);
 
-/* Commands without options of their own (health): only --json and --help. */
+/* hutch template list | get NAME | delete NAME | create NAME --source S ...
+ * create: body is the POST /v1/templates request.  --from-snapshot implies
+ * --source snapshot and --oci --source oci; --suite, --mirror, --package
+ * apply to debian only, --image to oci only.  --oci's PATH goes into
+ * "path" as given: the command makes it absolute before sending. */
+enum hutch_tpl_action {
+  HUTCH_TPL_NONE,
+  HUTCH_TPL_LIST,
+  HUTCH_TPL_GET,
+  HUTCH_TPL_DELETE,
+  HUTCH_TPL_CREATE
+};
+typedef struct hutch_template_args {
+  enum hutch_tpl_action action;
+  const char *name; /* get, delete, create (points into argv) */
+  json_t *body;     /* create */
+  bool wait;        /* create: false with --no-wait */
+  bool json, help;
+} hutch_template_args;
+int hutch_parse_template_args(int argc, char **argv, hutch_template_args *a, hutch_err *err);
+void hutch_template_args_free(hutch_template_args *a);
+
+/* hutch snapshot create ID [--label K=V]... | list [ID] [--kind K] |
+ * get SNAP | delete SNAP... | export SNAP [-o FILE] [--parent SNAP |
+ * --incremental] | import FILE. */
+enum hutch_snap_action {
+  HUTCH_SNAP_NONE,
+  HUTCH_SNAP_CREATE,
+  HUTCH_SNAP_LIST,
+  HUTCH_SNAP_GET,
+  HUTCH_SNAP_DELETE,
+  HUTCH_SNAP_EXPORT,
+  HUTCH_SNAP_IMPORT
+};
+typedef struct hutch_snapshot_args {
+  enum hutch_snap_action action;
+  /* The words after the action (point into argv): create: the sandbox ID;
+   * list: the sandbox ID or none; get, export: the snapshot; delete: one or
+   * more snapshots; import: the file ("-" for stdin). */
+  const char **ids;
+  int nids;
+  json_t *body;       /* create: {"labels": {...}} ({} without --label) */
+  char *query;        /* list: "" or "?kind=K"; export: "", "?parent=P" or "?incremental=true" */
+  const char *output; /* export -o FILE ("-" or NULL: stdout) */
+  bool json, help;
+} hutch_snapshot_args;
+int hutch_parse_snapshot_args(int argc, char **argv, hutch_snapshot_args *a, hutch_err *err);
+void hutch_snapshot_args_free(hutch_snapshot_args *a);
+
+/* hutch rollback ID SNAP: body {"snapshot": SNAP}.
+ * hutch fork ID [--count N] [--snapshot SNAP] [--label K=V]...: body
+ * {"count": N, "snapshot": SNAP, "labels": {...}} (only what was given). */
+typedef struct hutch_body_args {
+  const char *id; /* the sandbox (points into argv) */
+  json_t *body;
+  bool json, help;
+} hutch_body_args;
+int hutch_parse_rollback_args(int argc, char **argv, hutch_body_args *a, hutch_err *err);
+int hutch_parse_fork_args(int argc, char **argv, hutch_body_args *a, hutch_err *err);
+void hutch_body_args_free(hutch_body_args *a);
+
+/* Commands without options of their own (health, storage): only --json and
+ * --help. */
 typedef struct hutch_plain_args {
   bool json, help;
 } hutch_plain_args;

@@ -1,12 +1,16 @@
 /* Helpers shared by the `hutch` verbs: error printing, calls, output. */
 #include "cli.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "common/util.h"
+#include "wire.h"
 
 void hutch_errorf(const char *fmt, ...) {
   va_list ap;
@@ -52,6 +56,60 @@ int hutch_call(hutch_cli *cli, const char *method, const char *path, json_t *bod
 void hutch_print_body(const hutch_response *resp) {
   fwrite(resp->body, 1, resp->len, stdout);
   if (resp->len == 0 || resp->body[resp->len - 1] != '\n') fputc('\n', stdout);
+}
+
+volatile sig_atomic_t hutch_stop_signal;
+
+static void on_stop_signal(int sig) {
+  if (!hutch_stop_signal) hutch_stop_signal = sig;
+}
+
+void hutch_catch_stop_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0; /* no SA_RESTART: a blocked read returns and sees the flag */
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int hutch_fd_sink(void *ctx, const char *data, size_t n, hutch_err *err) {
+  hutch_fd_io *io = ctx;
+  if (write_full(io->fd, data, n) < 0) {
+    if (errno == EPIPE) return hutch_err_set(err, 0, "epipe", "%s: closed early", io->what);
+    return hutch_err_sys(err, errno, "write to %s", io->what);
+  }
+  return 0;
+}
+
+ssize_t hutch_fd_source(void *ctx, char *buf, size_t n, hutch_err *err) {
+  hutch_fd_io *io = ctx;
+  if (io->left >= 0 && (long long)n > io->left) n = (size_t)io->left;
+  if (n == 0) return 0;
+  for (;;) {
+    ssize_t r = read(io->fd, buf, n);
+    if (r < 0 && errno == EINTR) {
+      if (hutch_stop_signal) return hutch_err_set(err, 0, "interrupted", "interrupted");
+      continue;
+    }
+    if (r < 0) return hutch_err_sys(err, errno, "read %s", io->what);
+    if (r == 0 && io->left > 0)
+      return hutch_err_set(err, 0, "internal", "%s: the file shrank while it was copied",
+                           io->what);
+    if (io->left >= 0) io->left -= r;
+    return r;
+  }
+}
+
+char *hutch_temp_beside(const char *dest) {
+  const char *slash = strrchr(dest, '/');
+  cleanup_free char *base = hutch_path_base(dest);
+  if (!slash) return xasprintf(".%s.hutch-XXXXXX", base);
+  if (slash == dest) return xasprintf("/.%s.hutch-XXXXXX", base);
+  return xasprintf("%.*s/.%s.hutch-XXXXXX", (int)(slash - dest), dest, base);
 }
 
 char *hutch_id_path(const char *prefix, const char *id, const char *suffix) {

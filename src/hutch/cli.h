@@ -46,6 +46,13 @@ int hutch_cmd_metrics(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_admin(hutch_cli *cli, int argc, char **argv);
 int hutch_cmd_health(hutch_cli *cli, int argc, char **argv);
 
+/* Verbs of the storage API (cmd_storage.c, cmd_snapshot.c). */
+int hutch_cmd_template(hutch_cli *cli, int argc, char **argv);
+int hutch_cmd_storage(hutch_cli *cli, int argc, char **argv);
+int hutch_cmd_snapshot(hutch_cli *cli, int argc, char **argv);
+int hutch_cmd_rollback(hutch_cli *cli, int argc, char **argv);
+int hutch_cmd_fork(hutch_cli *cli, int argc, char **argv);
+
 /* "hutch: <msg>" on stderr. */
 void hutch_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Usage error: "hutch: <err>", the usage line, a pointer to --help, on
@@ -70,6 +77,30 @@ char *hutch_id_path(const char *prefix, const char *id, const char *suffix);
  * characters replaced so that hutchd data cannot drive the terminal.
  * Returns a malloc'ed string. */
 char *hutch_display(json_t *v);
+
+/* Ctrl-C for the streaming verbs (cp, snapshot export/import, template
+ * create): hutch_catch_stop_signals() records the first SIGINT, SIGTERM or
+ * SIGHUP in hutch_stop_signal (no SA_RESTART, so a blocked read or sleep
+ * returns) and ignores SIGPIPE (a closed pipe is an error to report).  Point
+ * client.abort_flag at hutch_stop_signal to abandon a request in flight. */
+extern volatile sig_atomic_t hutch_stop_signal;
+void hutch_catch_stop_signals(void);
+
+/* A file descriptor as a streamed body: hutch_fd_sink writes a response
+ * into fd, hutch_fd_source reads a request body from it (`left` bytes, or
+ * until EOF when -1; a regular file that shrinks meanwhile is an error). */
+typedef struct hutch_fd_io {
+  int fd;
+  const char *what; /* for messages */
+  long long left;
+} hutch_fd_io;
+int hutch_fd_sink(void *ctx, const char *data, size_t n, hutch_err *err);
+ssize_t hutch_fd_source(void *ctx, char *buf, size_t n, hutch_err *err);
+
+/* A temporary file name next to `dest` (same directory, so that a
+ * rename() puts it in place): "DIR/.BASE.hutch-XXXXXX" for mkostemp.
+ * Returns a malloc'ed string. */
+char *hutch_temp_beside(const char *dest);
 
 /* Columns for `ls`-style output: column widths from the widest cell. */
 typedef struct hutch_table {

@@ -71,7 +71,7 @@ typedef struct hutch_xfer {
   const void *data; /* raw body of len bytes (sent even when len is 0) */
   size_t len;
   bool raw;
-  hutch_source_fn source; /* streamed body (PUT only) */
+  hutch_source_fn source; /* streamed body (PUT, or POST for snapshot import) */
   void *source_ctx;
   long long source_size;    /* -1: unknown, sent chunked */
   const char *content_type; /* raw/streamed body (default application/octet-stream) */

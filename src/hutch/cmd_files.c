@@ -37,60 +37,6 @@ static const char cp_help[] =
     "A word is ID:PATH when it has a ':' with no '/' before it; write ./a:b for a\n"
     "local file named a:b.\n";
 
-static volatile sig_atomic_t cp_signal;
-
-static void cp_on_signal(int sig) {
-  if (!cp_signal) cp_signal = sig;
-}
-
-static void cp_install_signals(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = cp_on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0; /* no SA_RESTART: a blocked read returns and sees the flag */
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGHUP, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN); /* a dead tar is an error to report */
-}
-
-/* ---- streaming callbacks ------------------------------------------------- */
-
-struct fd_io {
-  int fd;
-  const char *what; /* for messages */
-  long long left;   /* source: bytes still to send, -1 until EOF */
-};
-
-static int fd_sink(void *ctx, const char *data, size_t n, hutch_err *err) {
-  struct fd_io *io = ctx;
-  if (write_full(io->fd, data, n) < 0) {
-    if (errno == EPIPE) return hutch_err_set(err, 0, "epipe", "%s: closed early", io->what);
-    return hutch_err_sys(err, errno, "write to %s", io->what);
-  }
-  return 0;
-}
-
-static ssize_t fd_source(void *ctx, char *buf, size_t n, hutch_err *err) {
-  struct fd_io *io = ctx;
-  if (io->left >= 0 && (long long)n > io->left) n = (size_t)io->left;
-  if (n == 0) return 0;
-  for (;;) {
-    ssize_t r = read(io->fd, buf, n);
-    if (r < 0 && errno == EINTR) {
-      if (cp_signal) return hutch_err_set(err, 0, "interrupted", "interrupted");
-      continue;
-    }
-    if (r < 0) return hutch_err_sys(err, errno, "read %s", io->what);
-    if (r == 0 && io->left > 0)
-      return hutch_err_set(err, 0, "internal", "%s: the file shrank while it was copied",
-                           io->what);
-    if (io->left >= 0) io->left -= r;
-    return r;
-  }
-}
-
 /* ---- requests ------------------------------------------------------------ */
 
 struct cp_ctx {
@@ -115,7 +61,7 @@ static int cp_transfer(const struct cp_ctx *c, hutch_xfer *x, const char *path, 
   hutch_err err = HUTCH_ERR_INIT;
   if (status) *status = 0;
   if (hutch_transfer(&c->cli->client, x, &r, &err) < 0) {
-    if (strcmp(err.code, "interrupted") == 0 || cp_signal)
+    if (strcmp(err.code, "interrupted") == 0 || hutch_stop_signal)
       hutch_errorf("interrupted");
     else
       hutch_errorf("%s:%s: %s", c->id, path, err.msg);
@@ -221,10 +167,10 @@ static int put_file(const struct cp_ctx *c, const char *path, int fd, const char
   char extra[48] = "&parents=true";
   if (mode >= 0) snprintf(extra, sizeof extra, "&parents=true&mode=%04o", (unsigned)mode);
   cleanup_free char *url = files_path(c, "/files", path, extra);
-  struct fd_io io = {.fd = fd, .what = what, .left = size};
+  hutch_fd_io io = {.fd = fd, .what = what, .left = size};
   hutch_xfer x = {.method = "PUT",
                   .path = url,
-                  .source = fd_source,
+                  .source = hutch_fd_source,
                   .source_ctx = &io,
                   .source_size = size};
   return cp_transfer(c, &x, path, NULL, false);
@@ -238,10 +184,10 @@ static int put_dir(const struct cp_ctx *c, const char *path, const char *dir) {
   pid_t pid = spawn_tar(argv, false, &fd);
   if (pid < 0) return -1;
   cleanup_free char *url = files_path(c, "/files/tar", path, NULL);
-  struct fd_io io = {.fd = fd, .what = "tar's output", .left = -1};
+  hutch_fd_io io = {.fd = fd, .what = "tar's output", .left = -1};
   hutch_xfer x = {.method = "PUT",
                   .path = url,
-                  .source = fd_source,
+                  .source = hutch_fd_source,
                   .source_ctx = &io,
                   .source_size = -1,
                   .content_type = "application/x-tar"};
@@ -305,9 +251,9 @@ static int cp_upload(const struct cp_ctx *c, const hutch_cp_args *a) {
 static int get_file_fd(const struct cp_ctx *c, const char *path, int fd, const char *what,
                        long *status, bool quiet_type) {
   cleanup_free char *url = files_path(c, "/files", path, NULL);
-  struct fd_io io = {.fd = fd, .what = what, .left = -1};
+  hutch_fd_io io = {.fd = fd, .what = what, .left = -1};
   hutch_xfer x = {
-      .method = "GET", .path = url, .sink = fd_sink, .sink_ctx = &io, .accept = "*/*"};
+      .method = "GET", .path = url, .sink = hutch_fd_sink, .sink_ctx = &io, .accept = "*/*"};
   return cp_transfer(c, &x, path, status, quiet_type);
 }
 
@@ -315,16 +261,7 @@ static int get_file_fd(const struct cp_ctx *c, const char *path, int fd, const c
  * mode: the remote file's permission bits, or -1. */
 static int get_file(const struct cp_ctx *c, const char *path, const char *dest, int mode,
                     long *status, bool quiet_type) {
-  cleanup_free char *dir = xstrdup(dest);
-  char *slash = strrchr(dir, '/');
-  cleanup_free char *base = hutch_path_base(dest);
-  cleanup_free char *tmp = NULL;
-  if (!slash)
-    tmp = xasprintf(".%s.hutch-XXXXXX", base);
-  else if (slash == dir)
-    tmp = xasprintf("/.%s.hutch-XXXXXX", base);
-  else
-    tmp = xasprintf("%.*s/.%s.hutch-XXXXXX", (int)(slash - dir), dir, base);
+  cleanup_free char *tmp = hutch_temp_beside(dest);
   int fd = mkostemp(tmp, O_CLOEXEC);
   if (fd < 0) {
     hutch_errorf("%s: %s", dest, strerror(errno));
@@ -355,9 +292,9 @@ static int get_file(const struct cp_ctx *c, const char *path, const char *dest, 
  * stdout). */
 static int get_dir(const struct cp_ctx *c, const char *path, const char *dir) {
   cleanup_free char *url = files_path(c, "/files/tar", path, NULL);
-  struct fd_io io = {.fd = STDOUT_FILENO, .what = "stdout", .left = -1};
+  hutch_fd_io io = {.fd = STDOUT_FILENO, .what = "stdout", .left = -1};
   hutch_xfer x = {
-      .method = "GET", .path = url, .sink = fd_sink, .sink_ctx = &io, .accept = "*/*"};
+      .method = "GET", .path = url, .sink = hutch_fd_sink, .sink_ctx = &io, .accept = "*/*"};
   if (!dir) return cp_transfer(c, &x, path, NULL, false);
   /* Files belong to whoever runs hutch, not to the uids inside. */
   char *argv[] = {"tar", "-C", (char *)dir, "-xf", "-", "--no-same-owner", NULL};
@@ -450,13 +387,13 @@ int hutch_cmd_cp(hutch_cli *cli, int argc, char **argv) {
   } else if (a.help) {
     rc = hutch_print_help(cp_help);
   } else {
-    cp_install_signals();
-    cli->client.abort_flag = &cp_signal;
+    hutch_catch_stop_signals();
+    cli->client.abort_flag = &hutch_stop_signal;
     struct cp_ctx c = {.cli = cli, .id = a.id};
     rc = (a.upload ? cp_upload(&c, &a) : cp_download(&c, &a)) < 0 ? HUTCH_EXIT_FAIL
                                                                    : HUTCH_EXIT_OK;
     cli->client.abort_flag = NULL;
-    if (cp_signal) rc = 128 + cp_signal;
+    if (hutch_stop_signal) rc = 128 + hutch_stop_signal;
   }
   hutch_cp_args_free(&a);
   return rc;

@@ -9,7 +9,8 @@
 static const char create_usage[] =
     "usage: hutch create [--template T] [--runtime R] [--cpus N] [--memory MIB] [--pids N]\n"
     "                    [--env K=V]... [--label K=V]... [--timeout SECONDS]\n"
-    "                    [--on-timeout delete|suspend] [--no-wait]\n";
+    "                    [--on-timeout delete|suspend] [--from-snapshot SNAP]\n"
+    "                    [--snapshot-every SECONDS] [--no-wait]\n";
 static const char create_help[] =
     "usage: hutch create [OPTIONS]\n"
     "Create a sandbox, wait until it is running and print its id.\n"
@@ -23,6 +24,11 @@ static const char create_help[] =
     "  --label K=V         label (repeatable)\n"
     "  --timeout SECONDS   the sandbox expires after this long\n"
     "  --on-timeout WHAT   on expiry: delete (the default) or suspend it\n"
+    "  --from-snapshot SNAP\n"
+    "                      start on the files of snapshot SNAP (and its template)\n"
+    "  --snapshot-every SECONDS\n"
+    "                      take an automatic snapshot this often (0: off); older\n"
+    "                      ones are pruned by hutchd's retention policy\n"
     "  --no-wait           return once hutchd accepted the request\n"
     "  --json              print hutchd's reply\n";
 

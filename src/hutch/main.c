@@ -39,6 +39,11 @@ static const char help[] =
     "  timeout    set when a sandbox expires: timeout ID SECONDS\n"
     "  metrics ID a sandbox's CPU, memory, pids and disk use\n"
     "  run        create a sandbox, run a command in it, delete it\n"
+    "  snapshot   snapshots of sandboxes: snapshot create|list|get|delete|export|import\n"
+    "  rollback   put a sandbox's files back to a snapshot: rollback ID SNAP\n"
+    "  fork       copies of a sandbox that run at once: fork ID [--count N]\n"
+    "  template   root filesystems to create from: template list|get|delete|create\n"
+    "  storage    hutchd's storage pool: backend, size, use\n"
     "  admin      manage API keys: admin key create|ls|rm\n"
     "  health     check that hutchd answers\n"
     "\n"
@@ -74,7 +79,10 @@ static const struct verb verbs[] = {
     {"pause", hutch_cmd_lifecycle}, {"resume", hutch_cmd_lifecycle},
     {"stop", hutch_cmd_lifecycle},  {"start", hutch_cmd_lifecycle},
     {"suspend", hutch_cmd_lifecycle}, {"restore", hutch_cmd_lifecycle},
-    {"wake", hutch_cmd_lifecycle},  {NULL, NULL},
+    {"wake", hutch_cmd_lifecycle},  {"snapshot", hutch_cmd_snapshot},
+    {"rollback", hutch_cmd_rollback}, {"fork", hutch_cmd_fork},
+    {"template", hutch_cmd_template}, {"storage", hutch_cmd_storage},
+    {NULL, NULL},
 };
 
 static const char *env_nonempty(const char *name) {

@@ -159,6 +159,21 @@ char *hutch_argv_display(json_t *argv) {
   return b.s;
 }
 
+char *hutch_size_display(json_t *v) {
+  if (!json_is_integer(v) || json_integer_value(v) < 0) return xstrdup("-");
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  json_int_t n = json_integer_value(v);
+  if (n < 1024) return xasprintf("%lld B", (long long)n);
+  double d = (double)n / 1024;
+  size_t u = 0;
+  /* 1023.95 KiB would print as "1024.0 KiB": move up a unit first. */
+  while (d >= 1023.95 && u + 1 < sizeof units / sizeof *units) {
+    d /= 1024;
+    u++;
+  }
+  return xasprintf("%.1f %s", d, units[u]);
+}
+
 char *hutch_path_join(const char *dir, const char *name) {
   size_t n = strlen(dir);
   while (n > 1 && dir[n - 1] == '/') n--;

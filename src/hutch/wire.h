@@ -46,6 +46,11 @@ int hutch_command_status(json_t *obj);
  * quotes are single-quoted).  Returns a malloc'ed string. */
 char *hutch_argv_display(json_t *argv);
 
+/* A byte count (a JSON integer) for people: "512 B", "1.5 KiB",
+ * "20.0 MiB", ... ; "-" when v is not a non-negative integer.  Returns a
+ * malloc'ed string. */
+char *hutch_size_display(json_t *v);
+
 /* Join a sandbox path and a name with exactly one '/' between them. */
 char *hutch_path_join(const char *dir, const char *name);
 /* The last component of a path, ignoring trailing slashes ("" for "/").

@@ -569,18 +569,7 @@ def sandbox_footprint(d, sid, procs=None):
     """What sandbox `sid` of instance `d` holds on the host right now."""
     fp = {}
     fp["cgroups"] = sandbox_cgroup_dirs_existing(d.instance, sid)
-    # The storage pool: sandbox roots, snapshots, half-made things.
-    for area in ("rootfs", "snapshots", "staging"):
-        try:
-            s["pool_" + area] = sorted(os.listdir(os.path.join(d.data_dir, "pool", area)))
-        except FileNotFoundError:
-            s["pool_" + area] = []
-    try:
-        s["pool_template_builds"] = sorted(n for n in os.listdir(os.path.join(d.data_dir, "pool", "templates"))
-                                           if n.startswith("."))
-    except FileNotFoundError:
-        s["pool_template_builds"] = []
-    s["db_snapshot_rows"] = db_count(os.path.join(d.data_dir, "state.db"), "snapshots")
+    fp["root"] = os.path.lexists(os.path.join(d.data_dir, "pool", "rootfs", sid))
     run = []
     for dirpath, dirnames, files in os.walk(d.run_dir):
         for n in dirnames + files:
@@ -613,6 +602,8 @@ def footprint_problems(fp, state, files_optional=False):
             bad.append("%s: %s expected, found %r" % (k, "some" if want[k] else "none", fp[k]))
     if fp["dir"] != want["dir"]:
         bad.append("sandbox directory: expected %s" % ("present" if want["dir"] else "absent"))
+    if not files_optional and fp["root"] != want["dir"]:
+        bad.append("sandbox root in the pool: expected %s" % ("present" if want["dir"] else "absent"))
     if fp["row"] != want["row"]:
         bad.append("database row: expected %s, found %r" % ("present" if want["row"] else "absent",
                                                             fp["row_state"]))
@@ -642,6 +633,7 @@ def snapshot_excluding(d, sids):
 
     s["cgroups"] = [c for c in s["cgroups"] if not any(sid in c.split("/") for sid in sids)]
     s["sandbox_dirs"] = [x for x in s["sandbox_dirs"] if x not in sids]
+    s["pool_rootfs"] = [x for x in s["pool_rootfs"] if not any(x.startswith(sid) for sid in sids)]
     s["run_dir"] = [x for x in s["run_dir"] if mine(x)]
     s["processes"] = [x for x in s["processes"] if int(x.split(" ", 1)[0]) not in theirs]
     s["mounts"] = [x for x in s["mounts"] if mine(x)]
@@ -690,10 +682,10 @@ def assert_host_state(d, base, expected, timeout=5.0, files_optional=()):
 
 
 def find_sandbox_file(d, sid, name):
-    """Paths on the host below DATA/sandboxes/<sid> whose base name is
-    `name` (a file written inside the sandbox lands in its writable layer),
-    without crossing mount points."""
-    top = os.path.join(d.data_dir, "sandboxes", sid)
+    """Paths on the host below the sandbox's root in the pool
+    (DATA/pool/rootfs/<sid>) whose base name is `name` (a file written inside
+    the sandbox lands there), without crossing mount points."""
+    top = os.path.join(d.data_dir, "pool", "rootfs", sid)
     out = []
     for dirpath, dirnames, files in os.walk(top):
         dirnames[:] = [x for x in dirnames if not os.path.ismount(os.path.join(dirpath, x))]

@@ -201,6 +201,17 @@ static void test_create(void) {
      "create: --on-timeout needs a value");
   hutch_create_args_free(&a);
 
+  ok(PARSE(hutch_parse_create_args, &a, "create", "--from-snapshot", "snap_a", "--snapshot-every",
+           "600") == 0,
+     "create: --from-snapshot --snapshot-every");
+  is_str(dump(a.body), "{\"from_snapshot\":\"snap_a\",\"snapshots\":{\"interval_s\":600}}",
+         "create: from_snapshot and the snapshot policy in body");
+  hutch_create_args_free(&a);
+  ok(PARSE(hutch_parse_create_args, &a, "create", "--snapshot-every=0") == 0,
+     "create: --snapshot-every 0 (off)");
+  is_str(dump(a.body), "{\"snapshots\":{\"interval_s\":0}}", "create: interval 0");
+  hutch_create_args_free(&a);
+
   ok(PARSE(hutch_parse_create_args, &a, "create", "--cpus", "2") == 0, "create: --cpus 2");
   is_str(dump(a.body), "{\"resources\":{\"cpus\":2}}", "create: whole cpus is an integer");
   hutch_create_args_free(&a);
@@ -209,7 +220,10 @@ static void test_create(void) {
                           {"--template", "", NULL},  {"--label", "=a", NULL},
                           {"--env", "A", NULL},      {"stray", NULL, NULL},
                           {"--timeout", "-5", NULL}, {"--cwd", "/x", NULL},
-                          {"--on-timeout", "", NULL}, {"--on-timeout", "Suspend", NULL}};
+                          {"--on-timeout", "", NULL}, {"--on-timeout", "Suspend", NULL},
+                          {"--from-snapshot", "", NULL}, {"--from-snapshot", NULL, NULL},
+                          {"--snapshot-every", "1h", NULL}, {"--snapshot-every", "-1", NULL},
+                          {"--snapshot", "snap_a", NULL}};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     char *av[] = {"create", (char *)bad[i][0], (char *)bad[i][1], NULL};
     ok(hutch_parse_create_args(bad[i][1] ? 3 : 2, av, &a, &err) < 0, "create: %s %s rejected",
@@ -568,6 +582,26 @@ static void test_wire(void) {
   p = hutch_path_base("file");
   is_str(p, "file", "base: no slash");
   free(p);
+  struct {
+    const char *json;
+    const char *shown;
+  } sizes[] = {
+      {"0", "0 B"},           {"1023", "1023 B"},         {"1024", "1.0 KiB"},
+      {"1536", "1.5 KiB"},    {"311296", "304.0 KiB"},    {"1048575", "1.0 MiB"},
+      {"67286073344", "62.7 GiB"}, {"-1", "-"},          {"null", "-"},
+      {"\"12\"", "-"},        {"1.5", "-"},
+  };
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    json_t *j = json_loads(sizes[i].json, JSON_DECODE_ANY, NULL);
+    char *sz = hutch_size_display(j);
+    is_str(sz, sizes[i].shown, "size: %s", sizes[i].json);
+    free(sz);
+    json_decref(j);
+  }
+  p = hutch_size_display(NULL);
+  is_str(p, "-", "size: missing");
+  free(p);
+
   ok(hutch_path_is_contents("dir/.") && hutch_path_is_contents(".") &&
          !hutch_path_is_contents("dir/.x") && !hutch_path_is_contents("a."),
      "contents: dir/. and .");
@@ -720,6 +754,287 @@ static void test_lifecycle(void) {
   hutch_ids_args_free(&ids);
 }
 
+static void test_template(void) {
+  hutch_err err = HUTCH_ERR_INIT;
+  hutch_template_args t;
+  ok(PARSE(hutch_parse_template_args, &t, "template", "list") == 0, "template: list");
+  ok(t.action == HUTCH_TPL_LIST && !t.name && !t.body && !t.json, "template: list parsed");
+  hutch_template_args_free(&t);
+  ok(PARSE(hutch_parse_template_args, &t, "template", "ls", "--json") == 0 &&
+         t.action == HUTCH_TPL_LIST && t.json,
+     "template: ls --json");
+  hutch_template_args_free(&t);
+  ok(PARSE(hutch_parse_template_args, &t, "template", "get", "py") == 0 &&
+         t.action == HUTCH_TPL_GET,
+     "template: get NAME");
+  is_str(t.name, "py", "template: get name");
+  hutch_template_args_free(&t);
+  ok(PARSE(hutch_parse_template_args, &t, "template", "rm", "py") == 0 &&
+         t.action == HUTCH_TPL_DELETE,
+     "template: rm is delete");
+  hutch_template_args_free(&t);
+  ok(PARSE(hutch_parse_template_args, &t, "template", "delete", "--", "-odd") == 0,
+     "template: delete -- NAME");
+  is_str(t.name, "-odd", "template: name after --");
+  hutch_template_args_free(&t);
+
+  ok(PARSE(hutch_parse_template_args, &t, "template", "create", "t1", "--source", "host") == 0,
+     "template: create --source host");
+  ok(t.action == HUTCH_TPL_CREATE && t.wait, "template: create waits by default");
+  is_str(dump(t.body), "{\"name\":\"t1\",\"source\":\"host\"}", "template: host body");
+  hutch_template_args_free(&t);
+  ok(PARSE(hutch_parse_template_args, &t, "template", "create", "--source=debian", "deb",
+           "--suite", "trixie", "--package", "python3", "--mirror", "http://m/debian",
+           "--package", "git", "--no-wait") == 0,
+     "template: create debian");
+  is_str(dump(t.body),
+         "{\"name\":\"deb\",\"source\":\"debian\",\"suite\":\"trixie\",\"mirror\":"
+         "\"http://m/debian\",\"packages\":[\"python3\",\"git\"]}",
+         "template: debian body");
+  ok(!t.wait, "template: --no-wait");
+  hutch_template_args_free(&t);
+  ok(PARSE(hutch_parse_template_args, &t, "template", "create", "t1", "--from-snapshot",
+           "snap_a") == 0,
+     "template: --from-snapshot implies --source snapshot");
+  is_str(dump(t.body), "{\"name\":\"t1\",\"source\":\"snapshot\",\"snapshot\":\"snap_a\"}",
+         "template: snapshot body");
+  hutch_template_args_free(&t);
+  ok(PARSE(hutch_parse_template_args, &t, "template", "create", "t1", "--source", "snapshot",
+           "--from-snapshot", "snap_a") == 0,
+     "template: --source snapshot --from-snapshot");
+  hutch_template_args_free(&t);
+  ok(PARSE(hutch_parse_template_args, &t, "template", "create", "img", "--oci", "img.tar",
+           "--image", "alpine:3") == 0,
+     "template: --oci implies --source oci");
+  is_str(dump(t.body),
+         "{\"name\":\"img\",\"source\":\"oci\",\"path\":\"img.tar\",\"image\":\"alpine:3\"}",
+         "template: oci body (the command makes the path absolute)");
+  hutch_template_args_free(&t);
+  ok(PARSE(hutch_parse_template_args, &t, "template", "--help", "frob") == 0 && t.help,
+     "template: --help");
+  hutch_template_args_free(&t);
+
+  struct {
+    const char *argv[8];
+    const char *msg;
+  } bad[] = {
+      {{"template"}, "missing template command (list, get, delete or create)"},
+      {{"template", "frob"}, "unknown template command `frob` (list, get, delete or create)"},
+      {{"template", "get"}, "missing template NAME"},
+      {{"template", "get", ""}, "empty template NAME"},
+      {{"template", "get", "a", "b"}, "unexpected argument `b`"},
+      {{"template", "list", "x"}, "unexpected argument `x`"},
+      {{"template", "create", "t"}, "missing --source (host, busybox, debian, oci or snapshot)"},
+      {{"template", "create", "t", "--source", "docker"},
+       "--source `docker`: expected host, busybox, debian, oci or snapshot"},
+      {{"template", "create", "t", "--source", "debian", "--from-snapshot", "s"},
+       "--from-snapshot implies --source snapshot, not `debian`"},
+      {{"template", "create", "t", "--source", "host", "--oci", "/x"},
+       "--oci implies --source oci, not `host`"},
+      {{"template", "create", "t", "--oci", "/x", "--from-snapshot", "s"},
+       "--from-snapshot and --oci exclude each other"},
+      {{"template", "create", "t", "--source", "snapshot"},
+       "--source snapshot needs --from-snapshot SNAP"},
+      {{"template", "create", "t", "--source", "oci"}, "--source oci needs --oci PATH"},
+      {{"template", "create", "t", "--source", "busybox", "--package", "git"},
+       "--package applies only to `--source debian`"},
+      {{"template", "create", "t", "--oci", "/x", "--suite", "bookworm"},
+       "--suite applies only to `--source debian`"},
+      {{"template", "create", "t", "--source", "debian", "--image", "x"},
+       "--image applies only to `--source oci`"},
+      {{"template", "create", "t", "--source", "debian", "--package", ""},
+       "--package: must not be empty"},
+      {{"template", "create", "t", "--from-snapshot"}, "option `--from-snapshot` needs a value"},
+      {{"template", "get", "t", "--source", "host"}, "--source applies only to `template create`"},
+      {{"template", "list", "--no-wait"}, "--no-wait applies only to `template create`"},
+      {{"template", "create", "t", "--source", "host", "--bogus"}, "unknown option `--bogus`"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    int n = 0;
+    while (bad[i].argv[n]) n++;
+    ok(hutch_parse_template_args(n, (char **)bad[i].argv, &t, &err) < 0, "template: bad %zu rejected",
+       i);
+    is_str(err.msg, bad[i].msg, "template: bad %zu message", i);
+    hutch_template_args_free(&t);
+  }
+}
+
+static void test_snapshot(void) {
+  hutch_err err = HUTCH_ERR_INIT;
+  hutch_snapshot_args s;
+  ok(PARSE(hutch_parse_snapshot_args, &s, "snapshot", "create", "sb_x") == 0, "snapshot: create ID");
+  ok(s.action == HUTCH_SNAP_CREATE && s.nids == 1, "snapshot: create parsed");
+  is_str(s.ids[0], "sb_x", "snapshot: create id");
+  is_str(dump(s.body), "{}", "snapshot: create body without labels");
+  hutch_snapshot_args_free(&s);
+  ok(PARSE(hutch_parse_snapshot_args, &s, "snapshot", "--label", "a=1", "create", "sb_x", "--label",
+           "b=", "--json") == 0,
+     "snapshot: create --label");
+  is_str(dump(s.body), "{\"labels\":{\"a\":\"1\",\"b\":\"\"}}", "snapshot: labels");
+  ok(s.json, "snapshot: --json");
+  hutch_snapshot_args_free(&s);
+
+  ok(PARSE(hutch_parse_snapshot_args, &s, "snapshot", "list") == 0 &&
+         s.action == HUTCH_SNAP_LIST && s.nids == 0,
+     "snapshot: list");
+  is_str(s.query, "", "snapshot: list query empty");
+  hutch_snapshot_args_free(&s);
+  ok(PARSE(hutch_parse_snapshot_args, &s, "snapshot", "ls", "sb_x", "--kind", "auto") == 0 &&
+         s.nids == 1,
+     "snapshot: ls ID --kind");
+  is_str(s.query, "?kind=auto", "snapshot: kind query");
+  hutch_snapshot_args_free(&s);
+
+  ok(PARSE(hutch_parse_snapshot_args, &s, "snapshot", "get", "snap_a") == 0 &&
+         s.action == HUTCH_SNAP_GET,
+     "snapshot: get");
+  hutch_snapshot_args_free(&s);
+  ok(PARSE(hutch_parse_snapshot_args, &s, "snapshot", "delete", "snap_a", "snap_b") == 0 &&
+         s.action == HUTCH_SNAP_DELETE && s.nids == 2,
+     "snapshot: delete two");
+  is_str(s.ids[1], "snap_b", "snapshot: second to delete");
+  hutch_snapshot_args_free(&s);
+
+  ok(PARSE(hutch_parse_snapshot_args, &s, "snapshot", "export", "snap_a") == 0 &&
+         s.action == HUTCH_SNAP_EXPORT && !s.output,
+     "snapshot: export to stdout");
+  is_str(s.query, "", "snapshot: full export");
+  hutch_snapshot_args_free(&s);
+  ok(PARSE(hutch_parse_snapshot_args, &s, "snapshot", "export", "snap_b", "-o", "b.snap",
+           "--parent", "snap_a") == 0,
+     "snapshot: export -o --parent");
+  is_str(s.output, "b.snap", "snapshot: output");
+  is_str(s.query, "?parent=snap_a", "snapshot: parent query");
+  hutch_snapshot_args_free(&s);
+  ok(PARSE(hutch_parse_snapshot_args, &s, "snapshot", "export", "--incremental", "snap_b",
+           "--output=x") == 0,
+     "snapshot: export --incremental --output=");
+  is_str(s.query, "?incremental=true", "snapshot: incremental query");
+  is_str(s.output, "x", "snapshot: --output=");
+  hutch_snapshot_args_free(&s);
+  ok(PARSE(hutch_parse_snapshot_args, &s, "snapshot", "import", "-") == 0 &&
+         s.action == HUTCH_SNAP_IMPORT,
+     "snapshot: import -");
+  is_str(s.ids[0], "-", "snapshot: import from stdin");
+  hutch_snapshot_args_free(&s);
+  ok(PARSE(hutch_parse_snapshot_args, &s, "snapshot", "-h") == 0 && s.help, "snapshot: -h");
+  hutch_snapshot_args_free(&s);
+
+  struct {
+    const char *argv[8];
+    const char *msg;
+  } bad[] = {
+      {{"snapshot"}, "missing snapshot command (create, list, get, delete, export or import)"},
+      {{"snapshot", "take", "sb_x"},
+       "unknown snapshot command `take` (create, list, get, delete, export or import)"},
+      {{"snapshot", "create"}, "missing sandbox ID"},
+      {{"snapshot", "create", ""}, "empty argument"},
+      {{"snapshot", "create", "a", "b"}, "unexpected argument `b`"},
+      {{"snapshot", "list", "a", "b"}, "unexpected argument `b`"},
+      {{"snapshot", "get"}, "missing snapshot ID"},
+      {{"snapshot", "delete"}, "missing snapshot ID"},
+      {{"snapshot", "export"}, "missing snapshot ID"},
+      {{"snapshot", "import"}, "missing FILE"},
+      {{"snapshot", "import", "a", "b"}, "unexpected argument `b`"},
+      {{"snapshot", "create", "sb_x", "--label", "nokey"}, "--label `nokey`: expected KEY=VALUE"},
+      {{"snapshot", "get", "s", "--label", "a=b"}, "--label applies only to `snapshot create`"},
+      {{"snapshot", "list", "--kind", "weekly"},
+       "--kind `weekly`: expected manual, auto, fork or imported"},
+      {{"snapshot", "get", "s", "--kind", "auto"}, "--kind applies only to `snapshot list`"},
+      {{"snapshot", "import", "f", "-o", "x"}, "--output applies only to `snapshot export`"},
+      {{"snapshot", "get", "s", "--parent", "p"}, "--parent applies only to `snapshot export`"},
+      {{"snapshot", "list", "--incremental"}, "--incremental applies only to `snapshot export`"},
+      {{"snapshot", "export", "s", "--parent", "p", "--incremental"},
+       "--parent and --incremental exclude each other"},
+      {{"snapshot", "export", "s", "--json"},
+       "--json does not apply to `snapshot export` (it writes the stream)"},
+      {{"snapshot", "export", "s", "-o"}, "option `-o` needs a value"},
+      {{"snapshot", "export", "s", "-o", ""}, "--output: must not be empty"},
+      {{"snapshot", "delete", "s", "--force"}, "unknown option `--force`"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    int n = 0;
+    while (bad[i].argv[n]) n++;
+    ok(hutch_parse_snapshot_args(n, (char **)bad[i].argv, &s, &err) < 0, "snapshot: bad %zu rejected",
+       i);
+    is_str(err.msg, bad[i].msg, "snapshot: bad %zu message", i);
+    hutch_snapshot_args_free(&s);
+  }
+}
+
+static void test_rollback_fork(void) {
+  hutch_err err = HUTCH_ERR_INIT;
+  hutch_body_args b;
+  ok(PARSE(hutch_parse_rollback_args, &b, "rollback", "sb_x", "snap_a") == 0, "rollback: ID SNAP");
+  is_str(b.id, "sb_x", "rollback: id");
+  is_str(dump(b.body), "{\"snapshot\":\"snap_a\"}", "rollback: body");
+  ok(!b.json, "rollback: no --json");
+  hutch_body_args_free(&b);
+  ok(PARSE(hutch_parse_rollback_args, &b, "rollback", "--json", "sb_x", "snap_a") == 0 && b.json,
+     "rollback: --json");
+  hutch_body_args_free(&b);
+  ok(PARSE(hutch_parse_rollback_args, &b, "rollback", "sb_x") < 0, "rollback: no snapshot");
+  is_str(err.msg, "missing snapshot ID", "rollback: no snapshot message");
+  hutch_body_args_free(&b);
+  ok(PARSE(hutch_parse_rollback_args, &b, "rollback") < 0, "rollback: nothing");
+  is_str(err.msg, "missing sandbox ID", "rollback: nothing message");
+  hutch_body_args_free(&b);
+  ok(PARSE(hutch_parse_rollback_args, &b, "rollback", "sb_x", "") < 0, "rollback: empty snapshot");
+  is_str(err.msg, "empty snapshot ID", "rollback: empty snapshot message");
+  hutch_body_args_free(&b);
+  ok(PARSE(hutch_parse_rollback_args, &b, "rollback", "a", "b", "c") < 0, "rollback: extra word");
+  hutch_body_args_free(&b);
+  ok(PARSE(hutch_parse_rollback_args, &b, "rollback", "a", "b", "--no-wait") < 0,
+     "rollback: no --no-wait");
+  hutch_body_args_free(&b);
+  ok(PARSE(hutch_parse_rollback_args, &b, "rollback", "a", "\xff") < 0,
+     "rollback: non-UTF-8 snapshot");
+  hutch_body_args_free(&b);
+
+  ok(PARSE(hutch_parse_fork_args, &b, "fork", "sb_x") == 0, "fork: ID");
+  is_str(b.id, "sb_x", "fork: id");
+  is_str(dump(b.body), "{}", "fork: default body (one copy, a fresh snapshot)");
+  hutch_body_args_free(&b);
+  ok(PARSE(hutch_parse_fork_args, &b, "fork", "--count", "3", "sb_x", "--snapshot", "snap_a",
+           "--label", "k=v", "--json") == 0,
+     "fork: all options");
+  is_str(dump(b.body), "{\"count\":3,\"snapshot\":\"snap_a\",\"labels\":{\"k\":\"v\"}}",
+         "fork: body");
+  ok(b.json, "fork: --json");
+  hutch_body_args_free(&b);
+  ok(PARSE(hutch_parse_fork_args, &b, "fork", "-n2", "sb_x") == 0, "fork: -n2");
+  is_str(dump(b.body), "{\"count\":2}", "fork: -n count");
+  hutch_body_args_free(&b);
+
+  struct {
+    const char *argv[6];
+    const char *msg;
+  } bad[] = {
+      {{"fork"}, "missing sandbox ID"},
+      {{"fork", "a", "b"}, "unexpected argument `b`"},
+      {{"fork", "a", "--count", "0"}, "--count `0`: at least 1"},
+      {{"fork", "a", "--count", "two"},
+       "--count `two`: expected a whole number from 0 to 1000000000000"},
+      {{"fork", "a", "--count", "-1"},
+       "--count `-1`: expected a whole number from 0 to 1000000000000"},
+      {{"fork", "a", "--snapshot", ""}, "--snapshot: must not be empty"},
+      {{"fork", "a", "--label", "=x"}, "--label `=x`: empty key"},
+      {{"fork", "a", "--template", "t"}, "unknown option `--template`"},
+      {{"fork", "a", "--count"}, "option `--count` needs a value"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    int n = 0;
+    while (bad[i].argv[n]) n++;
+    ok(hutch_parse_fork_args(n, (char **)bad[i].argv, &b, &err) < 0, "fork: bad %zu rejected", i);
+    is_str(err.msg, bad[i].msg, "fork: bad %zu message", i);
+    hutch_body_args_free(&b);
+  }
+
+  hutch_plain_args pl;
+  ok(PARSE(hutch_parse_plain_args, &pl, "storage", "--json") == 0 && pl.json, "storage: --json");
+  ok(PARSE(hutch_parse_plain_args, &pl, "storage", "pool") < 0, "storage: no positional");
+}
+
 int main(void) {
   test_argp();
   test_values();
@@ -733,6 +1048,9 @@ int main(void) {
   test_run();
   test_small_verbs();
   test_lifecycle();
+  test_template();
+  test_snapshot();
+  test_rollback_fork();
   dump(NULL);
   return done_testing();
 }

@@ -69,7 +69,8 @@ static void test_open(const char *path) {
   char *tables = pragma_text(path,
                              "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type='table' "
                              "ORDER BY name)");
-  is_str(tables, "api_keys,operations,sandboxes", "tables api_keys, operations, sandboxes");
+  is_str(tables, "api_keys,operations,sandboxes,snapshots,templates",
+         "tables api_keys, operations, sandboxes, snapshots, templates");
   free(tables);
   is_int(hutch_db_sandbox_count(db), 0, "no sandboxes yet");
   hutch_db_close(db);
@@ -362,6 +363,105 @@ static void test_keys(struct hutch_db *db) {
   is_int(hutch_db_key_insert(db, "key_4", "reuse", h1, &err), 0, "a deleted key's hash can be inserted again");
 }
 
+static void test_storage(struct hutch_db *db) {
+  hutch_err err = HUTCH_ERR_INIT;
+  /* Operations carry an argument. */
+  struct hutch_op_rec op = {0}, got;
+  snprintf(op.id, sizeof op.id, "op_arg");
+  snprintf(op.kind, sizeof op.kind, "rollback");
+  snprintf(op.sandbox_id, sizeof op.sandbox_id, "sb_a");
+  snprintf(op.state, sizeof op.state, "pending");
+  op.arg = (char *)"snap_one";
+  op.created_at = 1;
+  is_int(hutch_db_op_insert(db, &op, &err), 0, "operation with an argument inserted");
+  is_int(hutch_db_op_get(db, "op_arg", &got, &err), 0, "and read back");
+  is_str(got.arg, "snap_one", "its argument survives");
+  hutch_op_rec_free(&got);
+
+  /* Templates: one build at a time per name; progress; finish; list. */
+  is_int(hutch_db_template_begin(db, "t1", "{\"source\":\"busybox\"}", &err), 0, "template build begins");
+  hutch_err_clear(&err);
+  is_int(hutch_db_template_begin(db, "t1", "{}", &err), -1, "a second build of the same name is refused");
+  is_int(err.status, 409, "... with 409");
+  is_int(hutch_db_template_progress(db, "t1", "I: Retrieving", 0.25, &err), 0, "progress recorded");
+  struct hutch_template_rec t;
+  is_int(hutch_db_template_get(db, "t1", &t, &err), 0, "template read");
+  is_str(t.state, "building", "state building");
+  is_str(t.progress, "I: Retrieving", "progress message");
+  ok(t.fraction > 0.24 && t.fraction < 0.26, "progress fraction");
+  hutch_template_rec_free(&t);
+  is_int(hutch_db_template_finish(db, "t1", "ready", "{\"cwd\":\"/app\"}", NULL, &err), 0, "build finished");
+  hutch_db_template_get(db, "t1", &t, &err);
+  is_str(t.state, "ready", "state ready");
+  is_str(t.config, "{\"cwd\":\"/app\"}", "image config stored");
+  ok(t.fraction == 1.0, "fraction 1 when ready");
+  hutch_template_rec_free(&t);
+  is_int(hutch_db_template_begin(db, "t1", "{}", &err), 0, "a finished template can be rebuilt");
+  is_int(hutch_db_template_fail_building(db, "restarted", &err), 0, "unfinished builds failed at start");
+  hutch_db_template_get(db, "t1", &t, &err);
+  is_str(t.state, "failed", "the interrupted build is failed");
+  is_str(t.error, "restarted", "with the reason");
+  hutch_template_rec_free(&t);
+  struct hutch_template_rec *tv = NULL;
+  size_t tn = 0;
+  is_int(hutch_db_template_list(db, &tv, &tn, &err), 0, "templates listed");
+  is_int((int)tn, 1, "one template");
+  for (size_t i = 0; i < tn; i++) hutch_template_rec_free(&tv[i]);
+  free(tv);
+  is_int(hutch_db_template_delete(db, "t1", &err), 0, "template deleted");
+  hutch_err_clear(&err);
+  is_int(hutch_db_template_get(db, "t1", &t, &err), -1, "then not found");
+  is_int(err.status, 404, "... 404");
+
+  /* Snapshots. */
+  struct hutch_snapshot_rec s = {0};
+  snprintf(s.id, sizeof s.id, "snap_a");
+  snprintf(s.sandbox_id, sizeof s.sandbox_id, "sb_a");
+  snprintf(s.template_name, sizeof s.template_name, "busybox");
+  snprintf(s.kind, sizeof s.kind, "manual");
+  snprintf(s.state, sizeof s.state, "creating");
+  s.labels = (char *)"{\"k\":\"v\"}";
+  s.request = (char *)"{}";
+  s.created_at = 10;
+  is_int(hutch_db_snapshot_insert(db, &s, &err), 0, "snapshot inserted");
+  hutch_err_clear(&err);
+  is_int(hutch_db_snapshot_insert(db, &s, &err), -1, "the same id twice is refused");
+  is_int(err.status, 409, "... with 409");
+  snprintf(s.id, sizeof s.id, "snap_b");
+  snprintf(s.parent_id, sizeof s.parent_id, "snap_a");
+  snprintf(s.kind, sizeof s.kind, "auto");
+  s.created_at = 20;
+  is_int(hutch_db_snapshot_insert(db, &s, &err), 0, "a second, incremental snapshot");
+  is_int(hutch_db_snapshot_set_ready(db, "snap_a", 77, &err), 0, "first one ready");
+  struct hutch_snapshot_rec g;
+  is_int(hutch_db_snapshot_get(db, "snap_a", &g, &err), 0, "snapshot read");
+  is_str(g.state, "ready", "state ready");
+  ok(g.generation == 77, "generation recorded");
+  is_str(g.labels, "{\"k\":\"v\"}", "labels kept");
+  is_str(g.parent_id, "", "no parent");
+  hutch_snapshot_rec_free(&g);
+  hutch_db_snapshot_get(db, "snap_b", &g, &err);
+  is_str(g.parent_id, "snap_a", "parent kept");
+  hutch_snapshot_rec_free(&g);
+  struct hutch_snapshot_rec *v = NULL;
+  size_t n = 0;
+  hutch_db_snapshot_list(db, "sb_a", NULL, &v, &n, &err);
+  ok(n == 2 && !strcmp(v[0].id, "snap_a") && !strcmp(v[1].id, "snap_b"), "listed oldest first");
+  for (size_t i = 0; i < n; i++) hutch_snapshot_rec_free(&v[i]);
+  free(v);
+  hutch_db_snapshot_list(db, "sb_a", "auto", &v, &n, &err);
+  ok(n == 1 && !strcmp(v[0].id, "snap_b"), "filtered by kind");
+  for (size_t i = 0; i < n; i++) hutch_snapshot_rec_free(&v[i]);
+  free(v);
+  hutch_db_snapshot_list(db, "sb_other", NULL, &v, &n, &err);
+  is_int((int)n, 0, "another sandbox has none");
+  free(v);
+  is_int(hutch_db_snapshot_delete(db, "snap_a", &err), 0, "snapshot deleted");
+  hutch_err_clear(&err);
+  is_int(hutch_db_snapshot_delete(db, "snap_a", &err), -1, "deleting it again");
+  is_int(err.status, 404, "... 404");
+}
+
 static void test_reopen(const char *path) {
   struct hutch_db *db = NULL;
   hutch_err err = HUTCH_ERR_INIT;
@@ -427,6 +527,7 @@ int main(void) {
     test_sandboxes(db);
     test_operations(db);
     test_keys(db);
+    test_storage(db);
     hutch_db_close(db);
   }
   test_reopen(path);

@@ -118,6 +118,7 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
   char **envp = NULL;
   json_t *pty = NULL;
   char *token = NULL; /* declared before any goto: the exits free it */
+  cleanup_free char *dcwd = NULL;
   if (!body || hutch_json_only(body, "", fields, &err) < 0 ||
       hutch_json_string_array(body, "", "argv", 4096, &argv, &argc, &err) < 0 ||
       hutch_json_string(body, "", "cmd", 1 << 20, &cmd, &err) < 0 ||
@@ -170,7 +171,7 @@ void hutch_h_cmd_start(struct hutch_req *req, struct hutch_resp *resp) {
   if (!hutch_api_open_shim(req, resp, &c, 30, &sbr)) goto out;
   envp = hutch_lc_command_env(&sbr, env);
   /* The default working directory: the image's, else the user's home. */
-  cleanup_free char *dcwd = hutch_lc_default_cwd(&sbr, uid);
+  dcwd = hutch_lc_default_cwd(&sbr, uid);
   if (!cwd) cwd = dcwd;
   hutch_sandbox_rec_free(&sbr);
   if (uid == 1000) {

@@ -167,16 +167,17 @@ int hutch_btrfs_sync(const char *mnt, hutch_err *err) {
 int hutch_btrfs_space(const char *mnt, uint64_t *used, uint64_t *size, hutch_err *err) {
   cleanup_close int fd = open_dir(mnt, err);
   if (fd < 0) return -1;
-  struct {
+  enum { SLOTS = 16 };
+  union {
     struct btrfs_ioctl_space_args a;
-    struct btrfs_ioctl_space_info s[16];
+    char buf[sizeof(struct btrfs_ioctl_space_args) + SLOTS * sizeof(struct btrfs_ioctl_space_info)];
   } u;
   memset(&u, 0, sizeof u);
-  u.a.space_slots = 16;
+  u.a.space_slots = SLOTS;
   if (ioctl(fd, BTRFS_IOC_SPACE_INFO, &u) < 0) return hutch_err_sys(err, errno, "space info of `%s`", mnt);
   uint64_t total = 0;
-  for (uint64_t i = 0; i < u.a.total_spaces && i < 16; i++)
-    if (u.s[i].flags & (BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA)) total += u.s[i].used_bytes;
+  for (uint64_t i = 0; i < u.a.total_spaces && i < SLOTS; i++)
+    if (u.a.spaces[i].flags & (BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA)) total += u.a.spaces[i].used_bytes;
   *used = total;
   struct statvfs v;
   if (fstatvfs(fd, &v) < 0) return hutch_err_sys(err, errno, "statvfs `%s`", mnt);

@@ -631,7 +631,8 @@ int hutch_oci_import(const char *src, const char *ref, const char *root, struct 
   cleanup_close int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (rootfd < 0) return hutch_err_sys(err, errno, "open root `%s`", root);
   if (check_empty(rootfd, root, err) < 0) return -1;
-  cleanup_close int fd = open(src, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  /* O_NONBLOCK: a fifo must not block the open (it is refused below). */
+  cleanup_close int fd = open(src, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     hutch_err_sys(err, e, "image `%s`", src);

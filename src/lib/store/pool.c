@@ -87,7 +87,9 @@ static int mount_image(const char *image, const char *root, hutch_err *err) {
   char dev[64];
   int lfd = loop_attach(image, dev, sizeof dev, err);
   if (lfd < 0) return -1;
-  int rc = mount(dev, root, "btrfs", MS_NOATIME | MS_NOSUID | MS_NODEV, "discard=async");
+  /* Not nodev/nosuid: debootstrap refuses such a target, and DATA is 0700;
+   * sandboxes see the pool only through their own nodev,nosuid mounts. */
+  int rc = mount(dev, root, "btrfs", MS_NOATIME, "discard=async,commit=5");
   int e = errno;
   close(lfd);
   if (rc < 0) return hutch_err_sys(err, e, "mount btrfs `%s` (%s) on `%s`", image, dev, root);

@@ -25,6 +25,8 @@
 #endif
 
 #define IN_ROOT (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+/* One level down from a directory we hold: no symlinks, no mounts. */
+#define BENEATH (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
 #define IBUF (64 * 1024)
 #define BLOCK 512
 /* Whiteouts of one layer, collected in pass 1 and applied before pass 2. */
@@ -237,6 +239,7 @@ static ssize_t gz_read(struct src *s, unsigned char *out, size_t n, hutch_err *e
 static ssize_t zst_read(struct src *s, unsigned char *out, size_t n, hutch_err *err) {
   for (;;) {
     if (s->ipos == s->ilen && !s->raw_eof && raw_fill(s, err) < 0) return -1;
+    if (s->ipos == s->ilen && s->raw_eof && s->zret == 0) return 0; /* ended with a whole frame */
     ZSTD_inBuffer in = {s->ibuf, s->ilen, s->ipos};
     ZSTD_outBuffer o = {out, n, 0};
     size_t r = ZSTD_decompressStream(s->zs, &o, &in);
@@ -654,14 +657,14 @@ static int tar_next(struct tar_rd *tr, struct tar_ent *e, hutch_err *err) {
       ext = true;
       continue;
     }
-    if (type == 'x' || type == 'g') {
+    if (type == 'x' || type == 'X' || type == 'g') { /* 'X': Solaris' name for 'x' */
       if (size > (int64_t)HUTCH_TAR_PAX_MAX) {
         hutch_err_invalid(err, "pax header larger than %u bytes at offset %llu", HUTCH_TAR_PAX_MAX, (ull)off);
         goto out;
       }
       char *s = rd_ext(tr, size, err);
       if (!s) goto out;
-      int r = type == 'x' ? pax_parse(s, (size_t)size, &px, off, err) : 0;
+      int r = type != 'g' ? pax_parse(s, (size_t)size, &px, off, err) : 0;
       free(s);
       if (r < 0) goto out;
       ext = true;
@@ -810,7 +813,9 @@ static int clear_dir(int fd, dev_t dev, hutch_err *err) {
     closedir(d);
     if (failed) break;
     if (sub) {
-      int nfd = openat(fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      /* No symlink, no mount (bind mounts of the same filesystem included):
+       * so that ".." below leads back here. */
+      int nfd = openat2_fd(fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, BENEATH);
       if (nfd < 0) {
         hutch_err_sys(err, errno, "open `%s`", sub);
         free(sub);
@@ -860,7 +865,7 @@ static int remove_at(int dfd, const char *name, hutch_err *err) {
     if (unlinkat(dfd, name, 0) < 0 && errno != ENOENT) return hutch_err_sys(err, errno, "unlink `%s`", name);
     return 0;
   }
-  int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = openat2_fd(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, BENEATH);
   if (fd < 0) return hutch_err_sys(err, errno, "open `%s`", name);
   if (clear_dir(fd, st.st_dev, err) < 0) return hutch_err_wrap(err, "remove `%s`", name);
   if (unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT) return hutch_err_sys(err, errno, "rmdir `%s`", name);
@@ -1028,11 +1033,18 @@ static int check_entry(const struct tar_ent *e, char **clean, hutch_err *err) {
     return hutch_err_invalid(err, "a non-directory entry names the root directory");
   }
   const char *base = strrchr(c, '/') ? strrchr(c, '/') + 1 : c;
+  for (const char *q = c; q < base; q = strchr(q, '/') + 1)
+    if (is_whiteout(q)) { /* a whiteout name as a directory */
+      hutch_err_invalid(err, "whiteout name `%.*s` used as a directory", (int)(strchr(q, '/') - q), q);
+      free(c);
+      return -1;
+    }
   if (is_whiteout(base) && strcmp(base, WH_OPAQUE) && strncmp(base, WH_PREFIX WH_PREFIX, 8)) {
     const char *v = base + 4;
     if (!v[0] || !strcmp(v, ".") || !strcmp(v, "..")) {
+      hutch_err_invalid(err, "malformed whiteout name `%s`", base);
       free(c);
-      return hutch_err_invalid(err, "malformed whiteout name `%s`", base);
+      return -1;
     }
   }
   if ((e->type == '1' || e->type == '2') && !e->link[0]) {
@@ -1178,6 +1190,22 @@ static int pass_check(struct xstate *x, const struct hutch_tar_layer *l, hutch_e
   if (r < 0) goto out;
   ret = src_finish(&s, l, err);
 out:
+  if (ret < 0 && s.raw_md && !s.raw_eof) {
+    /* Damaged bytes are better reported as such: finish the digest. */
+    hutch_err e2 = HUTCH_ERR_INIT;
+    while (!s.raw_eof) {
+      s.ipos = s.ilen;
+      if (raw_fill(&s, &e2) < 0) break;
+    }
+    char got[72];
+    if (s.raw_eof) {
+      md_hex(s.raw_md, got);
+      if (strcmp(got, l->digest)) {
+        hutch_err_clear(err);
+        hutch_err_invalid(err, "digest mismatch: expected %.71s, got %s", l->digest, got);
+      }
+    }
+  }
   ent_clear(&e);
   src_close(&s);
   return ret;

@@ -3,8 +3,8 @@
  * `docker save` tarball or a packed OCI layout).
  *
  * The reader is our own: ustar and v7 headers, GNU long names ('L', 'K'),
- * pax extended headers ('x': path, linkpath, size, uid, gid, mtime; 'g' is
- * read and ignored), base-256 numbers.  Header checksums are verified.
+ * pax extended headers ('x', or Solaris' 'X': path, linkpath, size, uid, gid,
+ * mtime; 'g' is read and ignored), base-256 numbers.  Header checksums are verified.
  * Bounds: names and link targets <= HUTCH_TAR_NAME_MAX bytes, one pax
  * header <= HUTCH_TAR_PAX_MAX bytes.
  *

@@ -112,6 +112,7 @@ int hutch_snapshot_import_receive(const struct hutch_pool *p, int fd, const char
   int pipefd[2];
   int rc = -1;
   cleanup_free char *vol = NULL;
+  cleanup_free char *dst = hutch_pool_path(p, "snapshots", snap_id);
   if (pipe2(pipefd, O_CLOEXEC) < 0) {
     hutch_err_sys(err, errno, "pipe");
     goto out;
@@ -139,7 +140,6 @@ int hutch_snapshot_import_receive(const struct hutch_pool *p, int fd, const char
   }
   vol = received_volume(dir, err);
   if (!vol) goto out;
-  cleanup_free char *dst = hutch_pool_path(p, "snapshots", snap_id);
   if (access(dst, F_OK) == 0) {
     hutch_err_set(err, 409, "conflict", "snapshot `%s` already exists", snap_id);
     goto out;
@@ -160,7 +160,6 @@ int hutch_snapshot_import_receive(const struct hutch_pool *p, int fd, const char
   rc = 0;
 out:;
   hutch_err e3 = HUTCH_ERR_INIT;
-  cleanup_free char *left = NULL;
   DIR *d = opendir(dir);
   if (d) {
     struct dirent *e;
