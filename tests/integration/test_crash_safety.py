@@ -29,19 +29,24 @@ import daemon as daemon_mod
 import hostutil
 from hutch_client import TRANSITIONAL_STATES
 
-OPERATIONS = ("create", "delete", "pause", "resume", "stop", "start", "suspend", "restore")
+OPERATIONS = ("create", "delete", "pause", "resume", "stop", "start", "suspend", "restore", "snapshot", "rollback")
 # The state each operation needs, and the verb that gets a running sandbox there.
 NEEDS = {"create": None, "delete": "running", "pause": "running", "resume": "paused",
-         "stop": "running", "start": "stopped", "suspend": "running", "restore": "suspended"}
+         "stop": "running", "start": "stopped", "suspend": "running", "restore": "suspended",
+         "snapshot": "running", "rollback": "paused"}
 PREPARE = {"paused": "pause", "stopped": "stop", "suspended": "suspend"}
 TARGET = {"create": "running", "delete": "gone", "pause": "paused", "resume": "running",
-          "stop": "stopped", "start": "running", "suspend": "suspended", "restore": "running"}
+          "stop": "stopped", "start": "running", "suspend": "suspended", "restore": "running",
+          "snapshot": "running", "rollback": "running"}
 # After a crash and reconciliation (docs/lifecycle.md table): rolled back
 # to where it was, or forward to where it was going; create and delete
 # always end with the sandbox gone.
 AFTER_CRASH = {op: {NEEDS[op], TARGET[op]} for op in OPERATIONS}
 AFTER_CRASH["create"] = {"gone"}
 AFTER_CRASH["delete"] = {"gone"}
+# A rollback interrupted after the processes ended leaves the sandbox stopped.
+AFTER_CRASH["rollback"] = {"paused", "running", "stopped"}
+SNAPSHOT_OF = {}  # sid -> the snapshot a rollback case goes back to
 
 
 def _fault_points():
@@ -113,6 +118,10 @@ def _prepare(d, op, point):
     sid = sb["id"]
     content = "kept-" + point
     _write(c, sid, content)
+    if op == "rollback":
+        r = c.request("POST", "/v1/sandboxes/%s/snapshots" % sid, {})
+        assert r.status == 201, r
+        SNAPSHOT_OF[sid] = r.json["id"]
     need = NEEDS[op]
     if need != "running":
         c.lifecycle_ok(sid, PREPARE[need])
@@ -137,6 +146,12 @@ def _trigger(c, op, sid, wait):
             return c.create(wait=wait, labels={"crash": "create"}, timeout=60)
         if op == "delete":
             return c.delete(sid, wait=wait, timeout=60)
+        if op == "snapshot":
+            return c.request("POST", "/v1/sandboxes/%s/snapshots?wait=%s" % (sid, "true" if wait else "false"), {},
+                             timeout=60)
+        if op == "rollback":
+            return c.request("POST", "/v1/sandboxes/%s/rollback%s" % (sid, "?wait=true" if wait else ""),
+                             {"snapshot": SNAPSHOT_OF[sid]}, timeout=60)
         return c.lifecycle(sid, op, wait=wait, timeout=60)
     except Exception as e:  # hutchd died under the request
         return e
@@ -259,7 +274,7 @@ def test_failure_at_point_is_5xx_and_consistent(start_hutchd, fault_free_at_end,
         hostutil.assert_host_state(d, base, {}, timeout=10)
         return
     # Where it was, where it was going, or `error` ("any step failing").
-    allowed = {NEEDS[op], TARGET[op], "error"}
+    allowed = {NEEDS[op], TARGET[op], "error"} | (AFTER_CRASH[op] if op == "rollback" else set())
     state = c.wait_stable(sid, timeout=10)
     print("failure at %s: %s" % (point, state))
     assert state in allowed, "after %s failed at %s the sandbox is %r, expected one of %r" % (

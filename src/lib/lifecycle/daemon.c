@@ -541,6 +541,7 @@ static void reconcile(struct hutch_ctx *ctx) {
   }
   free(v);
   drop_orphan_claims(ctx);
+  hutch_snapshots_reconcile(ctx);
 }
 
 /* A smaller pool (or another template) after a restart: delete the extras. */

@@ -698,8 +698,11 @@ void hutch_ops_reconcile(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r) {
       hutch_ops_shim_lost(ctx, r);
       return;
     }
-    /* Finish an interrupted freeze or thaw (both idempotent). */
-    if (!strcmp(s, "pausing")) {
+    /* Finish an interrupted freeze or thaw (both idempotent).  `running`
+     * means thawed: a crash while a snapshot held it frozen is undone. */
+    if (!strcmp(s, "running") && hutch_cgroup_exists(ctx->instance, r->id)) {
+      freeze(ctx, r, false, &e);
+    } else if (!strcmp(s, "pausing")) {
       if (freeze(ctx, r, true, &e) == 0) set_state(ctx, r->id, "paused", s, NULL, &e);
       else set_state(ctx, r->id, "running", s, NULL, &e);
     } else if (!strcmp(s, "resuming")) {

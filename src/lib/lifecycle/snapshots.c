@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -139,6 +140,28 @@ int hutch_lc_snapshot_delete(struct hutch_ctx *ctx, const char *snap_id, hutch_e
   hutch_events_publish_snapshot(snap_id, sb, "deleted");
   hutch_log(LOG_INFO, "snapshot.deleted", "id", snap_id, "sandbox", sb, NULL);
   return 0;
+}
+
+void hutch_snapshots_reconcile(struct hutch_ctx *ctx) {
+  struct hutch_snapshot_rec *v = NULL;
+  size_t n = 0;
+  hutch_err err = HUTCH_ERR_INIT;
+  if (hutch_db_snapshot_list(ctx->db, NULL, NULL, &v, &n, &err) < 0) return;
+  for (size_t i = 0; i < n; i++) {
+    cleanup_free char *path = hutch_pool_path(&ctx->pool, "snapshots", v[i].id);
+    hutch_err e = HUTCH_ERR_INIT;
+    if (!strcmp(v[i].state, "creating")) {
+      /* Interrupted while it was taken: it may be half there; drop it. */
+      if (hutch_pool_volume_remove(&ctx->pool, path, &e) == 0 && hutch_db_snapshot_delete(ctx->db, v[i].id, &e) == 0)
+        hutch_log(LOG_WARN, "snapshot.reconciled", "id", v[i].id, "was", "creating", "now", "deleted", NULL);
+    } else if (access(path, F_OK) < 0 && errno == ENOENT) {
+      /* Its files are gone (removed by hand): the row would only mislead. */
+      if (hutch_db_snapshot_delete(ctx->db, v[i].id, &e) == 0)
+        hutch_log(LOG_WARN, "snapshot.reconciled", "id", v[i].id, "was", "missing", "now", "deleted", NULL);
+    }
+    hutch_snapshot_rec_free(&v[i]);
+  }
+  free(v);
 }
 
 void hutch_snapshots_drop_auto(struct hutch_ctx *ctx, const char *sb_id) {

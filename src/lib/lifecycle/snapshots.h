@@ -41,6 +41,10 @@ void hutch_fork_result_free(struct hutch_fork_result *f);
  * and apply the retention policy. */
 void hutch_lc_auto_snapshots(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, uint64_t now);
 
+/* At start: snapshots left half-taken by a crash are removed, rows whose
+ * files are gone dropped. */
+void hutch_snapshots_reconcile(struct hutch_ctx *ctx);
+
 /* lifecycle/templates.c */
 int hutch_lc_templates_init(struct hutch_ctx *ctx, hutch_err *err);
 /* Accept a template build from a request body (docs/api.md). */

@@ -30,6 +30,7 @@ static const char *const fault_points[] = {
     "pause.begin",     "pause.frozen",    "resume.begin",   "resume.thawed",   "stop.begin",
     "stop.shim",       "start.begin",     "start.shim",     "suspend.begin",   "suspend.history",
     "suspend.shim",    "suspend.slot",    "restore.begin",  "restore.slot",    "restore.shim",
+    "snapshot.frozen", "snapshot.taken",  "rollback.down",  "rollback.aside",  "rollback.swapped",
     NULL,
 };
 
