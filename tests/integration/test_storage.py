@@ -549,11 +549,14 @@ def test_automatic_snapshots_with_retention(api, make_sandbox):
         time.sleep(1.5)
     autos = api.request("GET", "/v1/snapshots?sandbox=%s&kind=auto" % sb["id"]).json["snapshots"]
     assert 1 <= len(autos) <= 2, autos  # taken, and the older ones retired
-    # Unchanged root: no new snapshot however long it waits.
-    time.sleep(1.5)
-    ids = [s["id"] for s in api.request("GET", "/v1/snapshots?sandbox=%s&kind=auto" % sb["id"]).json["snapshots"]]
-    time.sleep(2.5)
-    ids2 = [s["id"] for s in api.request("GET", "/v1/snapshots?sandbox=%s&kind=auto" % sb["id"]).json["snapshots"]]
+    # Unchanged root: no new snapshot however long it waits.  (A change is
+    # seen once btrfs commits it, at most 5 s later: let the last one land.)
+    autos_of = lambda: [s["id"] for s in api.request(
+        "GET", "/v1/snapshots?sandbox=%s&kind=auto" % sb["id"]).json["snapshots"]]
+    time.sleep(7)
+    ids = autos_of()
+    time.sleep(6)
+    ids2 = autos_of()
     assert ids == ids2, (ids, ids2)
     # Turned off per sandbox.
     r = api.request("PUT", "/v1/sandboxes/%s/snapshot-policy" % sb["id"], {"interval_s": 0})

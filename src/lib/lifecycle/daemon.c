@@ -442,8 +442,13 @@ char **hutch_lc_command_env(const struct hutch_sandbox_rec *r, json_t *extra) {
 char *hutch_lc_default_cwd(const struct hutch_sandbox_rec *r, int64_t uid) {
   json_error_t je;
   json_t *req = json_loads(r->request, 0, &je);
-  const char *c = json_string_value(json_object_get(json_object_get(req, "image"), "cwd"));
-  char *out = c && c[0] == '/' ? xstrdup(c) : xstrdup(uid <= 0 ? "/root" : uid == 1000 ? "/home/user" : "/");
+  json_t *img = json_object_get(req, "image");
+  const char *c = json_string_value(json_object_get(img, "cwd"));
+  /* An image without a WorkingDir runs in / (OCI's default): it may have
+   * no home directories at all. */
+  char *out = c && c[0] == '/' ? xstrdup(c)
+              : img              ? xstrdup("/")
+                                 : xstrdup(uid <= 0 ? "/root" : uid == 1000 ? "/home/user" : "/");
   json_decref(req);
   return out;
 }

@@ -2,11 +2,13 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "agent/shim_client.h"
@@ -151,7 +153,20 @@ static int runtime_down(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutc
   if (maybe_frozen && hutch_cgroup_exists(ctx->instance, r->id)) hutch_cgroup_freeze(ctx->instance, r->id, false, &e);
   if (access(sock, F_OK) == 0 && hutch_shim_shutdown(sock, &e) < 0)
     hutch_log(LOG_WARN, "shim.shutdown_failed", "id", r->id, "reason", e.msg, NULL);
-  if (hutch_is_shim_of((pid_t)r->shim_pid, r->id)) kill((pid_t)r->shim_pid, SIGKILL);
+  if (hutch_is_shim_of((pid_t)r->shim_pid, r->id)) {
+    /* Through a pidfd (no pid-reuse race), and wait until it is gone: a
+     * caller told "deleted" must not find the shim still dying. */
+    int pfd = (int)syscall(SYS_pidfd_open, (pid_t)r->shim_pid, 0);
+    if (pfd >= 0 && hutch_is_shim_of((pid_t)r->shim_pid, r->id)) {
+      syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+      struct pollfd p = {.fd = pfd, .events = POLLIN};
+      while (poll(&p, 1, 5000) < 0 && errno == EINTR) {
+      }
+    } else if (pfd < 0) {
+      kill((pid_t)r->shim_pid, SIGKILL);
+    }
+    if (pfd >= 0) close(pfd);
+  }
   /* The cgroup holds every process of the sandbox, whatever the shim did. */
   if (hutch_cgroup_destroy(ctx->instance, r->id, err) < 0) return hutch_err_wrap(err, "release cgroup");
   unlink(sock);
@@ -234,7 +249,7 @@ static const struct verb_fit fits[] = {
     /* Processes cannot survive their files changing under them: a running
      * sandbox is paused or stopped first (a paused one restarts). */
     {"rollback", "paused stopped suspended", ""},
-    {"snapshot", "running paused stopped suspended", ""},
+    {"snapshot", "running paused stopped suspended error", ""}, /* error: files kept, to recover */
 };
 
 static bool word_in(const char *w, const char *list) {
