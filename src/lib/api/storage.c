@@ -647,9 +647,10 @@ void hutch_h_storage(struct hutch_req *req, struct hutch_resp *resp) {
     return;
   }
   resp->status = 200;
-  resp->json = json_pack("{s:s, s:s, s:o, s:b, s:I, s:I, s:o}", "backend", hutch_pool_kind_name(&ctx->pool), "path",
-                         ctx->pool.root, "image", ctx->pool.image ? json_string(ctx->pool.image) : json_null(),
-                         "quotas", ctx->pool.quotas, "size_bytes", (json_int_t)st.size_bytes, "used_bytes",
+  resp->json = json_pack("{s:s, s:s, s:o, s:b, s:s, s:I, s:I, s:o}", "backend", hutch_pool_kind_name(&ctx->pool),
+                         "path", ctx->pool.root, "image", ctx->pool.image ? json_string(ctx->pool.image) : json_null(),
+                         "quotas", ctx->pool.quotas, "quota_mode",
+                         !ctx->pool.quotas ? "off" : ctx->pool.quota_simple ? "simple" : "full", "size_bytes", (json_int_t)st.size_bytes, "used_bytes",
                          (json_int_t)st.used_bytes, "fallback_reason",
                          ctx->pool.why_overlay[0] ? json_string(ctx->pool.why_overlay) : json_null());
 }

@@ -126,12 +126,37 @@ bool hutch_btrfs_quota_enabled(const char *mnt) {
   return quota_item(fd, BTRFS_QGROUP_STATUS_KEY, 0, &st, sizeof st) == 0;
 }
 
-int hutch_btrfs_quota_enable(const char *mnt, hutch_err *err) {
+#ifndef BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA
+#define BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA 4
+#endif
+#ifndef BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE
+#define BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE (1ULL << 3)
+#endif
+
+int hutch_btrfs_quota_enable(const char *mnt, bool *simple, hutch_err *err) {
   cleanup_close int fd = open_dir(mnt, err);
   if (fd < 0) return -1;
-  struct btrfs_ioctl_quota_ctl_args a = {.cmd = BTRFS_QUOTA_CTL_ENABLE};
+  /* Simple quotas (Linux 6.7+) charge each extent to the subvolume that
+   * wrote it: no backref walks when snapshots are made or deleted, which
+   * full quota groups pay on every create and delete.  Older kernels: full. */
+  struct btrfs_ioctl_quota_ctl_args a = {.cmd = BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA};
+  if (ioctl(fd, BTRFS_IOC_QUOTA_CTL, &a) == 0) {
+    if (simple) *simple = true;
+    return 0;
+  }
+  a.cmd = BTRFS_QUOTA_CTL_ENABLE;
   if (ioctl(fd, BTRFS_IOC_QUOTA_CTL, &a) < 0) return hutch_err_sys(err, errno, "enable quotas on `%s`", mnt);
+  if (simple) *simple = false;
   return 0;
+}
+
+bool hutch_btrfs_quota_simple(const char *mnt) {
+  hutch_err e = HUTCH_ERR_INIT;
+  cleanup_close int fd = open_dir(mnt, &e);
+  if (fd < 0) return false;
+  struct btrfs_qgroup_status_item st;
+  if (quota_item(fd, BTRFS_QGROUP_STATUS_KEY, 0, &st, sizeof st) < 0) return false;
+  return (le64toh(st.flags) & BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE) != 0;
 }
 
 int hutch_btrfs_qgroup_limit(const char *path, uint64_t max_excl, hutch_err *err) {

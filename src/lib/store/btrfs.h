@@ -36,7 +36,9 @@ int hutch_btrfs_subvol_info(const char *path, struct hutch_btrfs_subvol *out, hu
 
 /* Quota groups (level 0: one per subvolume). */
 bool hutch_btrfs_quota_enabled(const char *mnt);
-int hutch_btrfs_quota_enable(const char *mnt, hutch_err *err);
+/* Simple quotas where the kernel has them (*simple set), else full ones. */
+int hutch_btrfs_quota_enable(const char *mnt, bool *simple, hutch_err *err);
+bool hutch_btrfs_quota_simple(const char *mnt);
 /* Limit the bytes only this subvolume references (0 = no limit).  Writes
  * beyond it fail with EDQUOT inside the subvolume. */
 int hutch_btrfs_qgroup_limit(const char *path, uint64_t max_excl, hutch_err *err);

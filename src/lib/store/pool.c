@@ -165,8 +165,9 @@ static int open_btrfs(struct hutch_pool *p, const char *data_dir, const struct h
   if (p->image && o->size_bytes && grow_image(p->image, p->root, o->size_bytes, err) < 0) return -1;
   const char *q = o->quota ? o->quota : "auto";
   bool want = !strcmp(q, "on") || (!strcmp(q, "auto") && p->image);
-  if (want && !hutch_btrfs_quota_enabled(p->root) && hutch_btrfs_quota_enable(p->root, err) < 0) return -1;
+  if (want && !hutch_btrfs_quota_enabled(p->root) && hutch_btrfs_quota_enable(p->root, NULL, err) < 0) return -1;
   p->quotas = strcmp(q, "off") && hutch_btrfs_quota_enabled(p->root);
+  p->quota_simple = p->quotas && hutch_btrfs_quota_simple(p->root);
   return 0;
 }
 
@@ -232,7 +233,7 @@ int hutch_pool_open(struct hutch_pool *p, const char *data_dir, const struct hut
   if (clear_area(p, "staging", NULL, err) < 0 || clear_area(p, "templates", ".build-", err) < 0)
     return hutch_err_wrap(err, "clear the pool's staging area");
   hutch_log(LOG_INFO, "pool.ready", "path", p->root, "backend", hutch_pool_kind_name(p), "image",
-            p->image ? p->image : "-", "quotas", p->quotas ? "on" : "off", NULL);
+            p->image ? p->image : "-", "quotas", !p->quotas ? "off" : p->quota_simple ? "simple" : "full", NULL);
   return 0;
 }
 

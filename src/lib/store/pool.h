@@ -41,6 +41,7 @@ struct hutch_pool {
   char *root;  /* DATA/pool */
   char *image; /* DATA/pool.img when loop-backed, else NULL */
   bool quotas; /* per-sandbox disk limits are enforced */
+  bool quota_simple; /* simple quotas: an extent counts for the volume that wrote it */
   char why_overlay[256]; /* why btrfs was not used (auto fallback) */
 };
 
