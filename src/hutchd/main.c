@@ -35,6 +35,8 @@ static void usage(FILE *f) {
           "                      space, at most 1T); a larger size grows an existing image\n"
           "  --storage-quota Q   per-sandbox disk limits: auto|on|off (default auto: on for hutchd's image)\n"
           "  --max-fork N        most sandboxes one fork call makes (default 100)\n"
+          "  --runsc PATH        the gvisor runtime's runsc (default: runsc from PATH)\n"
+          "  --runsc-platform P  ptrace|kvm|systrap (default ptrace; kvm is faster where runsc's kvm works)\n"
           "  --log-level LEVEL   debug|info|warn|error (default info)\n"
           "  --version\n");
 }
@@ -63,6 +65,7 @@ int main(int argc, char **argv) {
       {"attach-token-ttl", required_argument, NULL, 'T'}, {"fault-points", no_argument, NULL, 'F'},  {"version", no_argument, NULL, 'V'},
       {"storage", required_argument, NULL, 'S'},   {"storage-size", required_argument, NULL, 'Z'},
       {"storage-quota", required_argument, NULL, 'Q'}, {"max-fork", required_argument, NULL, 'K'},
+      {"runsc", required_argument, NULL, 'R'},      {"runsc-platform", required_argument, NULL, 'G'},
       {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
   };
   int o;
@@ -129,6 +132,12 @@ int main(int argc, char **argv) {
         ctx.cfg.storage_size = v << shift;
         break;
       }
+      case 'R': free(ctx.cfg.runsc_path), ctx.cfg.runsc_path = xstrdup(optarg); break;
+      case 'G':
+        if (strcmp(optarg, "ptrace") && strcmp(optarg, "kvm") && strcmp(optarg, "systrap"))
+          return fprintf(stderr, "hutchd: --runsc-platform: ptrace|kvm|systrap\n"), 2;
+        free(ctx.cfg.runsc_platform), ctx.cfg.runsc_platform = xstrdup(optarg);
+        break;
       case 'K':
         if (parse_u64(optarg, 10000, &n) < 0 || n == 0) return fprintf(stderr, "hutchd: --max-fork: 1..10000\n"), 2;
         ctx.cfg.max_fork = (uint32_t)n;

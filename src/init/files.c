@@ -31,6 +31,7 @@
 
 #include "common/util.h"
 #include "init.h"
+#include "resolve.h"
 
 #ifndef SYS_openat2
 #define SYS_openat2 437
@@ -82,8 +83,14 @@ static int fs_openat2(int dirfd, const char *path, uint64_t flags, uint64_t mode
   how.flags = flags | O_CLOEXEC;
   how.mode = mode;
   how.resolve = resolve;
+  /* Kernels without openat2 (gVisor): the same resolution in user space. */
+  static bool no_openat2;
   for (int tries = 0;; tries++) {
-    long r = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    long r = no_openat2 ? -1 : syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    if (r < 0 && (no_openat2 || errno == ENOSYS)) {
+      no_openat2 = true;
+      r = init_resolve_open(dirfd, path, flags, mode, resolve);
+    }
     if (r >= 0) return (int)r;
     /* EAGAIN: RESOLVE_IN_ROOT saw a concurrent rename or mount and refused
      * to guess; a retry resolves against the new state. */

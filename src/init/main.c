@@ -82,9 +82,40 @@ static void occupy_stdio(void) {
   }
 }
 
+/* --stdio-channel (the gvisor runtime): runsc hands its own stdin, stdout
+ * and stderr to the container's PID 1; stdin and stdout are one end of the
+ * shim's socket.  Move it to CHANNEL_FD and point 0, 1 and 2 at /dev/null,
+ * so everything after this sees the fds it has under `native`.
+ *
+ * 2 is the shim's log on the host: under gVisor a process of the sandbox
+ * can open /proc/1/fd/<n> of init (the non-dumpable shield native relies
+ * on does not cover it; sockets, such as the channel, cannot be reopened
+ * that way, a log file can), so init keeps no file of the host's but the
+ * channel.  init writes nothing to stderr.
+ *
+ * gVisor imports each donated fd as its own file, and releasing one that is
+ * a socket shuts the host socket down (shutdown(2), for every holder): fd
+ * 1's file must stay open as long as init runs, so a close-on-exec copy of
+ * it is parked above the low fds and never closed.  (fd 0's file is the
+ * channel itself.) */
+static int stdio_channel(void) {
+  if (dup2(0, CHANNEL_FD) < 0) return -1;
+  if (fcntl(1, F_DUPFD_CLOEXEC, 64) < 0) return -1;
+  int n = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (n < 0) return -1;
+  if (dup2(n, 0) < 0 || dup2(n, 1) < 0 || dup2(n, 2) < 0) return -1;
+  close(n);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--stdio-channel")) {
+      if (stdio_channel() < 0) return 1;
+    } else {
+      return 2;
+    }
+  }
   /* hutch-init holds the channel to the shim: nothing in the sandbox may
    * ptrace it or read its memory.  Sandbox root lacks CAP_SYS_PTRACE, so a
    * non-dumpable init is out of its reach (commands it starts are dumpable

@@ -98,9 +98,17 @@ static struct cmd cmds[MAX_CMDS];
 static struct attach attaches[MAX_ATTACH];
 static struct fsreq fsreqs[MAX_FSREQ];
 static struct stdinreq stdinreqs[MAX_STDINREQ];
-static uint32_t next_gid = 1;
+static uint32_t next_gid = 0;
 
+/* Channel-wide command ids.  They start at a random point: a hutch-init
+ * restored from a memory checkpoint still knows the commands of the shim
+ * that checkpointed it, and a new shim counting from 1 again would collide. */
 static uint32_t new_gid(void) {
+  while (next_gid == 0) {
+    uint32_t r = 0;
+    if (hutch_random_bytes(&r, sizeof r) < 0) r = (uint32_t)getpid() << 12;
+    next_gid = (r & 0x3fffffffu) | 1u;
+  }
   uint32_t g = next_gid++;
   if (next_gid == 0) next_gid = 1;
   return g;

@@ -543,7 +543,7 @@ def test_create_from_snapshot_bad_input(api, make_sandbox):
 def test_automatic_snapshots_with_retention(api, make_sandbox):
     sb = make_sandbox(template="busybox", snapshots={"interval_s": 1, "keep_last": 2, "hourly": 0, "daily": 0})
     pol = api.request("GET", "/v1/sandboxes/%s/snapshot-policy" % sb["id"]).json
-    assert pol == {"interval_s": 1, "keep_last": 2, "hourly": 0, "daily": 0}, pol
+    assert pol == {"interval_s": 1, "keep_last": 2, "hourly": 0, "daily": 0, "keep_full": 3}, pol
     for i in range(4):
         out(api, sb["id"], "echo %d > /root/f" % i)
         time.sleep(1.5)

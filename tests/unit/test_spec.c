@@ -27,6 +27,11 @@ static void fill(struct hutch_sandbox_spec *s) {
   s->limits.pids = 256;
   s->limits.cpu_millis = 1500;
   s->tmp_bytes = 64ull << 20;
+  s->runsc_path = xstrdup("/usr/bin/runsc");
+  s->runsc_platform = xstrdup("ptrace");
+  s->state_dir = xstrdup("/var/lib/hutch/sandboxes/sb_x/runsc");
+  s->bundle_dir = xstrdup("/var/lib/hutch/sandboxes/sb_x/bundle");
+  s->restore_from = xstrdup("/var/lib/hutch/pool/checkpoints/snap_x");
 }
 
 static int same_str(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
@@ -38,7 +43,9 @@ static int same(const struct hutch_sandbox_spec *a, const struct hutch_sandbox_s
          same_str(a->init_path, b->init_path) && same_str(a->hostname, b->hostname) && a->uid_base == b->uid_base &&
          a->uid_count == b->uid_count && a->limits.memory_bytes == b->limits.memory_bytes &&
          a->limits.pids == b->limits.pids && a->limits.cpu_millis == b->limits.cpu_millis &&
-         a->tmp_bytes == b->tmp_bytes;
+         a->tmp_bytes == b->tmp_bytes && same_str(a->runsc_path, b->runsc_path) &&
+         same_str(a->runsc_platform, b->runsc_platform) && same_str(a->state_dir, b->state_dir) &&
+         same_str(a->bundle_dir, b->bundle_dir) && same_str(a->restore_from, b->restore_from);
 }
 
 /* Serialise the reference spec, let `edit` change the JSON object, and
@@ -153,6 +160,51 @@ static void test_round_trip(void) {
   }
 }
 
+/* The gvisor fields (runtime.h): optional, NULL when absent, left out of
+ * the JSON when NULL; a native spec has none of them. */
+static void test_gvisor_fields(void) {
+  static const char *const keys[] = {"runsc_path", "runsc_platform", "state_dir", "bundle_dir", "restore_from"};
+  for (size_t i = 0; i < 5; i++) {
+    char *absent = edited(del_member, keys[i], NULL);
+    char what[64];
+    snprintf(what, sizeof what, "a spec without `%s`", keys[i]);
+    struct hutch_sandbox_spec b;
+    memset(&b, 0, sizeof b);
+    expect_accept(absent, what, &b);
+    char *const got[] = {b.runsc_path, b.runsc_platform, b.state_dir, b.bundle_dir, b.restore_from};
+    ok(got[i] == NULL, "absent %s parses as NULL", keys[i]);
+    ok(got[(i + 1) % 5] != NULL, "... the others are still there");
+    hutch_spec_free(&b);
+    free(absent);
+  }
+  struct hutch_sandbox_spec a, b;
+  fill(&a);
+  free(a.runsc_path), a.runsc_path = NULL;
+  free(a.runsc_platform), a.runsc_platform = NULL;
+  free(a.state_dir), a.state_dir = NULL;
+  free(a.bundle_dir), a.bundle_dir = NULL;
+  free(a.restore_from), a.restore_from = NULL;
+  char *text = hutch_spec_to_json(&a);
+  ok(text && !strstr(text, "runsc") && !strstr(text, "state_dir") && !strstr(text, "bundle_dir") &&
+         !strstr(text, "restore_from"),
+     "NULL gvisor fields are left out of the JSON");
+  hutch_err err = HUTCH_ERR_INIT;
+  memset(&b, 0, sizeof b);
+  is_int(text ? hutch_spec_from_json(text, &b, &err) : -1, 0, "... and a spec without them parses");
+  ok(same(&a, &b), "... to the same spec");
+  hutch_spec_free(&b);
+  free(text);
+  hutch_spec_free(&a);
+
+  /* A bare program name is a valid runsc_path (found in PATH). */
+  char *t = edited(set_member, "runsc_path", json_string("runsc"));
+  expect_accept(t, "runsc_path `runsc` (from PATH)", NULL);
+  free(t);
+  t = edited(set_member, "runsc_platform", json_string("systrap"));
+  expect_accept(t, "runsc_platform `systrap`", NULL);
+  free(t);
+}
+
 static const char *const required[] = {"id",        "instance", "runtime", "rootfs",       "init_path",
                                        "hostname",  "uid_base", "uid_count", "memory_bytes", "pids",
                                        "cpu_millis", "tmp_bytes", NULL};
@@ -197,6 +249,15 @@ static void test_rejects(void) {
       {"uid_count", json_real(100.0), "uid_count as a real"},
       {"usr_src", json_integer(1), "usr_src as an integer"},
       {"lower", json_false(), "lower as a bool"},
+      {"state_dir", json_string("runsc"), "a relative state_dir"},
+      {"bundle_dir", json_string(""), "an empty bundle_dir"},
+      {"restore_from", json_string("ckpt/x"), "a relative restore_from"},
+      {"restore_from", json_null(), "restore_from null"},
+      {"runsc_path", json_string("bin/runsc"), "a relative runsc_path with a slash"},
+      {"runsc_path", json_string(""), "an empty runsc_path"},
+      {"runsc_platform", json_string("kvm --debug"), "runsc_platform with a space (one flag value)"},
+      {"runsc_platform", json_string(""), "an empty runsc_platform"},
+      {"runsc_platform", json_integer(1), "runsc_platform as an integer"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     t = edited(set_member, bad[i].key, bad[i].val);
@@ -234,6 +295,7 @@ static void test_rejects(void) {
 
 int main(void) {
   test_round_trip();
+  test_gvisor_fields();
   test_rejects();
   return done_testing();
 }

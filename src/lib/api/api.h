@@ -145,6 +145,7 @@ void hutch_h_template_get(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_template_create(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_template_delete(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_storage(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_runtimes(struct hutch_req *req, struct hutch_resp *resp);
 /* Called by http.c after each request, for GET /metrics (api/metrics.c). */
 void hutch_metrics_observe_request(const char *method, const char *route, int status, double seconds);
 

@@ -194,6 +194,7 @@ static const struct route routes[] = {
     {"GET", "/v1/templates/*", hutch_h_template_get, NULL, false, false},
     {"DELETE", "/v1/templates/*", hutch_h_template_delete, NULL, false, false},
     {"GET", "/v1/storage", hutch_h_storage, NULL, false, false},
+    {"GET", "/v1/runtimes", hutch_h_runtimes, NULL, false, false},
     {"POST", "/v1/admin/keys", hutch_h_key_create, NULL, true, false},
     {"GET", "/v1/admin/keys", hutch_h_key_list, NULL, true, false},
     {"DELETE", "/v1/admin/keys/*", hutch_h_key_delete, NULL, true, false},

@@ -6,6 +6,7 @@
 #include "api/resources.h"
 #include "lifecycle/ops.h"
 #include "lifecycle/snapshots.h"
+#include "runtime/runtime.h"
 #include "store/template.h"
 #include "common/util.h"
 
@@ -42,6 +43,14 @@ json_t *hutch_sandbox_json(struct hutch_ctx *ctx, const struct hutch_sandbox_rec
                         r->error ? json_string(r->error) : json_null(), "host", host, "from_pool",
                         !strcmp(r->origin, "pool"));
   json_object_set(o, "from_snapshot", json_object_get(req, "from_snapshot") ?: json_null());
+  /* What its runtime can do (docs/api.md): e.g. whether suspend keeps memory. */
+  const struct hutch_runtime_ops *rt = hutch_runtime_get(r->runtime);
+  if (rt)
+    json_object_set_new(o, "capabilities",
+                        json_pack("{s:b, s:b, s:b}", "pause", (rt->caps & HUTCH_RT_CAP_PAUSE) != 0,
+                                  "memory_checkpoint", (rt->caps & HUTCH_RT_CAP_MEMORY_CHECKPOINT) != 0,
+                                  "fork_memory", (rt->caps & HUTCH_RT_CAP_FORK_MEMORY) != 0));
+  json_object_set(o, "checkpoint", json_object_get(req, "checkpoint") ?: json_null());
   const char *ot = json_string_value(json_object_get(req, "on_timeout"));
   json_object_set_new(o, "on_timeout", json_string(ot ? ot : "delete"));
   json_decref(req);

@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "lifecycle/events.h"
 #include "lifecycle/snapshots.h"
+#include "runtime/runtime.h"
 #include "store/archive.h"
 #include "store/template.h"
 #include "store/transfer.h"
@@ -48,6 +49,12 @@ json_t *hutch_snapshot_json(struct hutch_ctx *ctx, const struct hutch_snapshot_r
                         s->parent_id[0] ? json_string(s->parent_id) : json_null(), "template", s->template_name,
                         "kind", s->kind, "state", s->state, "labels", labels ? labels : json_object(), "created_at",
                         c);
+  if (!strcmp(s->kind, "full")) {
+    cleanup_free char *ck = hutch_pool_path(&ctx->pool, "checkpoints", s->id);
+    json_object_set_new(o, "memory", json_boolean(access(ck, F_OK) == 0));
+  } else {
+    json_object_set_new(o, "memory", json_false());
+  }
   if (!strcmp(s->state, "ready")) {
     /* What the snapshot alone holds (what deleting it frees), and all it
      * references, as of the last btrfs commit. */
@@ -75,15 +82,20 @@ static void snapshot_reply(struct hutch_req *req, struct hutch_resp *resp, const
 }
 
 void hutch_h_snapshot_create(struct hutch_req *req, struct hutch_resp *resp) {
-  static const char *const fields[] = {"labels", NULL};
+  static const char *const fields[] = {"labels", "kind", NULL};
   hutch_err err = HUTCH_ERR_INIT;
   json_t *body = hutch_api_body_object(req, &err);
   json_t *labels = NULL;
+  const char *kind = "files";
   char snap[64], op[64];
-  if (!body || hutch_json_only(body, "", fields, &err) < 0 ||
+  if (body && hutch_json_string(body, "", "kind", 16, &kind, &err) == 0 && strcmp(kind, "files") &&
+      strcmp(kind, "full"))
+    hutch_err_invalid(&err, "field `kind`: \"files\" (the default) or \"full\" (memory and files)");
+  if (!body || err.msg[0] || hutch_json_only(body, "", fields, &err) < 0 ||
       hutch_json_string_map(body, "", "labels", 64, 255, hutch_label_key_ok, "must match [A-Za-z0-9_.-/]{1,63}",
                             &labels, &err) < 0 ||
-      hutch_lc_snapshot(req->ctx, req->params[0], "manual", labels, snap, op, &err) < 0) {
+      hutch_lc_snapshot(req->ctx, req->params[0], !strcmp(kind, "full") ? "full" : "manual", labels, snap, op,
+                        &err) < 0) {
     json_decref(body);
     hutch_api_error(resp, &err);
     return;
@@ -110,8 +122,9 @@ void hutch_h_snapshot_create(struct hutch_req *req, struct hutch_resp *resp) {
 static void list_snapshots(struct hutch_req *req, struct hutch_resp *resp, const char *sb_id) {
   hutch_err err = HUTCH_ERR_INIT;
   const char *kind = hutch_api_query(req, "kind");
-  if (kind && strcmp(kind, "manual") && strcmp(kind, "auto") && strcmp(kind, "fork") && strcmp(kind, "imported")) {
-    hutch_api_errorf(resp, 400, "invalid_argument", "query `kind`: manual, auto, fork or imported");
+  if (kind && strcmp(kind, "manual") && strcmp(kind, "auto") && strcmp(kind, "fork") && strcmp(kind, "imported") &&
+      strcmp(kind, "full")) {
+    hutch_api_errorf(resp, 400, "invalid_argument", "query `kind`: manual, auto, fork, full or imported");
     return;
   }
   struct hutch_snapshot_rec *v = NULL;
@@ -653,4 +666,27 @@ void hutch_h_storage(struct hutch_req *req, struct hutch_resp *resp) {
                          !ctx->pool.quotas ? "off" : ctx->pool.quota_simple ? "simple" : "full", "size_bytes", (json_int_t)st.size_bytes, "used_bytes",
                          (json_int_t)st.used_bytes, "fallback_reason",
                          ctx->pool.why_overlay[0] ? json_string(ctx->pool.why_overlay) : json_null());
+}
+
+/* ---- runtimes ------------------------------------------------------------------- */
+
+json_t *hutch_runtime_json(const struct hutch_runtime_ops *r) {
+  char why[512] = "";
+  bool ok = r->available(why, sizeof why);
+  json_t *o = json_pack("{s:s, s:b, s:{s:b, s:b, s:b}}", "name", r->name, "available", ok, "capabilities", "pause",
+                        (r->caps & HUTCH_RT_CAP_PAUSE) != 0, "memory_checkpoint",
+                        (r->caps & HUTCH_RT_CAP_MEMORY_CHECKPOINT) != 0, "fork_memory",
+                        (r->caps & HUTCH_RT_CAP_FORK_MEMORY) != 0);
+  json_object_set_new(o, "reason", ok ? json_null() : json_string(why));
+  return o;
+}
+
+void hutch_h_runtimes(struct hutch_req *req, struct hutch_resp *resp) {
+  (void)req;
+  json_t *arr = json_array();
+  for (const struct hutch_runtime_ops *const *r = hutch_runtimes(); *r; r++)
+    json_array_append_new(arr, hutch_runtime_json(*r));
+  const struct hutch_runtime_ops *a = hutch_runtime_get("auto");
+  resp->status = 200;
+  resp->json = json_pack("{s:o, s:o}", "runtimes", arr, "auto", a ? json_string(a->name) : json_null());
 }

@@ -51,6 +51,8 @@ void hutch_config_defaults(struct hutch_config *c) {
 void hutch_config_free(struct hutch_config *c) {
   free(c->storage_backend);
   free(c->storage_quota);
+  free(c->runsc_path);
+  free(c->runsc_platform);
   free(c->data_dir);
   free(c->socket_path);
   free(c->listen_addr);

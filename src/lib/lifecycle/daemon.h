@@ -39,6 +39,8 @@ struct hutch_config {
   uint64_t storage_size; /* pool image size; 0: default (grows when raised) */
   char *storage_quota;   /* auto | on | off */
   uint32_t max_fork;     /* most sandboxes one fork call makes */
+  char *runsc_path;      /* gvisor: runsc binary (NULL: from PATH) */
+  char *runsc_platform;  /* gvisor: ptrace | kvm | systrap (NULL: ptrace) */
 };
 
 void hutch_config_defaults(struct hutch_config *c);

@@ -1,6 +1,7 @@
 #include "lifecycle/ops.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,7 +18,9 @@
 #include "isolate/cgroup.h"
 #include "isolate/userns.h"
 #include "lifecycle/events.h"
+#include "lifecycle/snapshots.h"
 #include "runtime/runtime.h"
+#include "store/btrfs.h"
 #include "store/template.h"
 
 void hutch_hostname_for(const char *id, char out[64]) {
@@ -48,6 +51,12 @@ bool hutch_is_shim_of(pid_t pid, const char *id) {
       goto fail;                                                      \
     }                                                                 \
   } while (0)
+
+static char *create_checkpoint_source(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r);
+static bool keeps_memory(const struct hutch_sandbox_rec *r);
+static char *checkpoint_dir(struct hutch_ctx *ctx, const char *snap_id);
+static int full_checkpoint(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, const char *snap_id,
+                           bool resume_after, hutch_err *err);
 
 static int set_state(struct hutch_ctx *ctx, const char *id, const char *state, const char *prev, const char *error,
                      hutch_err *err) {
@@ -86,6 +95,16 @@ static int build_spec(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, 
   s->limits.cpu_millis = (uint32_t)(cpus * 1000 + 0.5);
   /* /tmp is tmpfs charged to the sandbox's memory cgroup: half the limit. */
   s->tmp_bytes = s->limits.memory_bytes / 2;
+  if (!strcmp(r->runtime, "gvisor")) {
+    cleanup_free char *dir = hutch_sandbox_dir(ctx, r->id);
+    s->state_dir = xasprintf("%s/runsc", dir);
+    s->bundle_dir = xasprintf("%s/bundle", dir);
+    /* ptrace unless told otherwise: runsc's kvm platform needs a kvm that
+     * works for it, which /dev/kvm existing does not prove (it hangs on
+     * some nested hosts). */
+    s->runsc_platform = xstrdup(ctx->cfg.runsc_platform ? ctx->cfg.runsc_platform : "ptrace");
+    if (ctx->cfg.runsc_path) s->runsc_path = xstrdup(ctx->cfg.runsc_path);
+  }
   return 0;
 }
 
@@ -116,9 +135,13 @@ static void slot_release(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r) {
 }
 
 /* Launch the sandbox's shim (its processes start fresh). */
-static int shim_up(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, uint64_t *shim_us, hutch_err *err) {
+/* Launch the sandbox's shim: its processes start fresh, or, with
+ * `restore_from` (a memory checkpoint), continue from the checkpoint. */
+static int shim_up_from(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, const char *restore_from,
+                        uint64_t *shim_us, hutch_err *err) {
   struct hutch_sandbox_spec spec;
   if (build_spec(ctx, r, &spec, err) < 0) return -1;
+  if (restore_from) spec.restore_from = xstrdup(restore_from);
   cleanup_free char *dir = hutch_sandbox_dir(ctx, r->id);
   cleanup_free char *cfg = xasprintf("%s/config.json", dir);
   cleanup_free char *log = xasprintf("%s/shim.log", dir);
@@ -137,6 +160,10 @@ static int shim_up(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, uint64_t 
   r->shim_pid = shim_pid;
   r->init_pid = init_pid;
   return hutch_db_sandbox_set_host(ctx->db, r->id, r->uid_slot, shim_pid, init_pid, err);
+}
+
+static int shim_up(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, uint64_t *shim_us, hutch_err *err) {
+  return shim_up_from(ctx, r, NULL, shim_us, err);
 }
 
 /* End the sandbox's processes and release its runtime resources (shim,
@@ -250,6 +277,7 @@ static const struct verb_fit fits[] = {
      * sandbox is paused or stopped first (a paused one restarts). */
     {"rollback", "paused stopped suspended", ""},
     {"snapshot", "running paused stopped suspended error", ""}, /* error: files kept, to recover */
+    {"snapshot_full", "running paused", ""}, /* memory too: there must be processes */
 };
 
 static bool word_in(const char *w, const char *list) {
@@ -333,7 +361,12 @@ static int do_create(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_e
     t_rootfs = mono_us() - t_rootfs;
   }
   FAULT("create.rootfs");
-  if (shim_up(ctx, r, &t_shim, err) < 0) goto fail;
+  {
+    /* From a full snapshot (memory + files) on a runtime that checkpoints
+     * memory: the processes continue from it. */
+    cleanup_free char *ckpt = create_checkpoint_source(ctx, r);
+    if (shim_up_from(ctx, r, ckpt, &t_shim, err) < 0) goto fail;
+  }
   FAULT("create.shim");
   FAULT("create.ready");
   /* A warm-pool member waits in state `pool` until a create claims it. */
@@ -470,6 +503,8 @@ fail:
 
 static int do_suspend(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
   bool live = strcmp(r->state, "stopped") != 0;
+  char from[16];
+  snprintf(from, sizeof from, "%s", r->state);
   if (set_state(ctx, r->id, "suspending", r->state, NULL, err) < 0) goto fail;
   FAULT("suspend.begin");
   if (live) {
@@ -478,6 +513,23 @@ static int do_suspend(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_
     save_history(ctx, r);
   }
   FAULT("suspend.history");
+  if (live && keeps_memory(r)) {
+    /* The runtime keeps memory: a full snapshot (checkpoint + files) that
+     * restore continues from. */
+    char snap[64];
+    json_t *l = json_pack("{s:s}", "hutch.suspend", "true");
+    snprintf(r->state, sizeof r->state, "%s", from);
+    int rc = hutch_snapshot_row_new(ctx, r, "full", l, snap, err);
+    json_decref(l);
+    if (rc < 0 || full_checkpoint(ctx, r, snap, false, err) < 0) {
+      hutch_err e3 = HUTCH_ERR_INIT;
+      if (rc == 0) hutch_db_snapshot_delete(ctx->db, snap, &e3);
+      goto fail;
+    }
+    cleanup_free char *js = xasprintf("\"%s\"", snap);
+    if (hutch_db_sandbox_set_field(ctx->db, r->id, "checkpoint", js, err) < 0) goto fail;
+    hutch_snapshots_retire_suspends(ctx, r->id, snap);
+  }
   if (runtime_down(ctx, r, err) < 0) goto fail;
   FAULT("suspend.shim");
   slot_release(ctx, r);
@@ -501,11 +553,38 @@ static int do_restore(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_
   FAULT("restore.begin");
   if (slot_claim(ctx, r, err) < 0) goto fail;
   FAULT("restore.slot");
-  if (shim_up(ctx, r, NULL, err) < 0) goto fail;
+  {
+    /* A memory checkpoint from the suspend: the processes continue. */
+    json_error_t je;
+    json_t *req = json_loads(r->request, 0, &je);
+    const char *snap = json_string_value(json_object_get(req, "checkpoint"));
+    cleanup_free char *ckpt = snap && keeps_memory(r) ? checkpoint_dir(ctx, snap) : NULL;
+    json_decref(req);
+    if (ckpt && access(ckpt, F_OK) < 0) {
+      hutch_err_set(err, 409, "conflict", "the memory checkpoint of sandbox `%s` is gone", r->id);
+      free(ckpt);
+      ckpt = NULL;
+      goto lost;
+    }
+    if (shim_up_from(ctx, r, ckpt, NULL, err) < 0) {
+      if (ckpt) goto lost;
+      goto fail;
+    }
+    /* Consumed: its files have moved on from the checkpoint. */
+    hutch_err e2 = HUTCH_ERR_INIT;
+    if (ckpt) hutch_db_sandbox_set_field(ctx->db, r->id, "checkpoint", NULL, &e2);
+  }
   FAULT("restore.shim");
   if (set_state(ctx, r->id, "running", "restoring", NULL, err) < 0) return -1;
   renew_deadline(ctx, r);
   return 0;
+lost : {
+  /* The checkpoint cannot be restored: say so, and let the next restore
+   * boot fresh on the files (which are intact). */
+  hutch_err e2 = HUTCH_ERR_INIT;
+  hutch_db_sandbox_set_field(ctx->db, r->id, "checkpoint", NULL, &e2);
+  hutch_err_wrap(err, "its processes could not be restored (the next restore boots fresh on its files)");
+}
 fail:
   hutch_err_wrap(err, "restore sandbox %s", r->id);
   hutch_err e2 = HUTCH_ERR_INIT;
@@ -513,6 +592,111 @@ fail:
   slot_release(ctx, r);
   set_state(ctx, r->id, "suspended", "restoring", NULL, &e2);
   return -1;
+}
+
+/* ---- memory checkpoints (runtimes with HUTCH_RT_CAP_MEMORY_CHECKPOINT) ---- */
+
+static const struct hutch_runtime_ops *runtime_of(const struct hutch_sandbox_rec *r) {
+  return hutch_runtime_get(r->runtime);
+}
+
+static bool keeps_memory(const struct hutch_sandbox_rec *r) {
+  const struct hutch_runtime_ops *rt = runtime_of(r);
+  return rt && rt->checkpoint && (rt->caps & HUTCH_RT_CAP_MEMORY_CHECKPOINT);
+}
+
+/* The checkpoint image of a full snapshot, when it has one. */
+static char *checkpoint_dir(struct hutch_ctx *ctx, const char *snap_id) {
+  return hutch_pool_path(&ctx->pool, "checkpoints", snap_id);
+}
+
+static char *create_checkpoint_source(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r) {
+  if (!keeps_memory(r)) return NULL;
+  json_error_t je;
+  json_t *req = json_loads(r->request, 0, &je);
+  const char *snap = json_string_value(json_object_get(req, "from_snapshot"));
+  char *dir = snap ? checkpoint_dir(ctx, snap) : NULL;
+  json_decref(req);
+  if (dir && access(dir, F_OK) < 0) {
+    free(dir);
+    dir = NULL;
+  }
+  return dir;
+}
+
+static int fsync_path(const char *path, hutch_err *err) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return hutch_err_sys(err, errno, "open `%s`", path);
+  int rc = fsync(fd);
+  int e = errno;
+  close(fd);
+  if (rc < 0) return hutch_err_sys(err, e, "fsync `%s`", path);
+  return 0;
+}
+
+/* A full snapshot of a live sandbox: memory checkpoint and file snapshot of
+ * the same instant.  The checkpoint stops the sandbox's processes; the
+ * files are snapshotted then (nothing can write them), both are made
+ * durable, and only then is the snapshot marked ready (restorable).  The
+ * sandbox's runtime resources are released; with `resume_after`, it
+ * continues from the checkpoint (a paused one is paused again). */
+static int full_checkpoint(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, const char *snap_id,
+                           bool resume_after, hutch_err *err) {
+  const struct hutch_runtime_ops *rt = runtime_of(r);
+  bool was_paused = !strcmp(r->state, "paused") || !strcmp(r->state, "pausing");
+  cleanup_free char *ckpt = checkpoint_dir(ctx, snap_id);
+  cleanup_free char *tmp = xasprintf("%s.tmp", ckpt);
+  cleanup_free char *root = hutch_rootfs_path(&ctx->pool, r->id);
+  cleanup_free char *snap = hutch_pool_path(&ctx->pool, "snapshots", snap_id);
+  cleanup_free char *ckpts = hutch_pool_path(&ctx->pool, "checkpoints", NULL);
+  struct hutch_sandbox_spec spec;
+  uint64_t t0 = mono_us();
+  hutch_err e2 = HUTCH_ERR_INIT;
+  if (was_paused && freeze(ctx, r, false, err) < 0) return hutch_err_wrap(err, "resume before the checkpoint");
+  if (build_spec(ctx, r, &spec, err) < 0) return -1;
+  int rc = rt->checkpoint(&spec, tmp, err);
+  hutch_spec_free(&spec);
+  if (rc < 0) {
+    hutch_pool_volume_remove(&ctx->pool, tmp, &e2);
+    if (was_paused) freeze(ctx, r, true, &e2);
+    return hutch_err_wrap(err, "memory checkpoint");
+  }
+  uint64_t t_mem = mono_us() - t0;
+  if (hutch_pool_volume_clone(&ctx->pool, root, snap, true, err) < 0 || hutch_btrfs_sync(ctx->pool.root, err) < 0 ||
+      rename(tmp, ckpt) < 0 || fsync_path(ckpts, err) < 0) {
+    if (!err->msg[0]) hutch_err_sys(err, errno, "keep the checkpoint `%s`", ckpt);
+    hutch_pool_volume_remove(&ctx->pool, tmp, &e2);
+    hutch_pool_volume_remove(&ctx->pool, ckpt, &e2);
+    hutch_pool_volume_remove(&ctx->pool, snap, &e2);
+    goto down;
+  }
+  {
+    struct hutch_volume_usage u;
+    if (hutch_pool_volume_usage(&ctx->pool, root, &u, &e2) < 0) u.generation = 0;
+    if (hutch_db_snapshot_set_ready(ctx->db, snap_id, u.generation, err) < 0) goto down;
+  }
+  char ms[32], mms[32];
+  snprintf(ms, sizeof ms, "%.1f", (double)(mono_us() - t0) / 1000.0);
+  snprintf(mms, sizeof mms, "%.1f", (double)t_mem / 1000.0);
+  hutch_log(LOG_INFO, "snapshot.checkpointed", "id", snap_id, "sandbox", r->id, "dur_ms", ms, "memory_ms", mms,
+            NULL);
+  hutch_events_publish_snapshot(snap_id, r->id, "ready");
+  rc = 0;
+  goto release;
+down:
+  rc = -1;
+release:
+  /* The checkpoint stopped the processes: release what held them. */
+  if (runtime_down(ctx, r, rc < 0 ? &e2 : err) < 0 && rc == 0) return -1;
+  if (!resume_after) return rc;
+  {
+    /* Continue: from the checkpoint when it was kept, else boot fresh. */
+    hutch_err e3 = HUTCH_ERR_INIT;
+    int up = shim_up_from(ctx, r, rc == 0 ? ckpt : NULL, NULL, rc == 0 ? err : &e3);
+    if (up == 0 && was_paused) freeze(ctx, r, true, &e3);
+    if (up < 0 && rc == 0) return hutch_err_wrap(err, "continue after the checkpoint");
+  }
+  return rc;
 }
 
 /* ---- storage ------------------------------------------------------------ */
@@ -528,6 +712,21 @@ static char *snapshot_source(struct hutch_ctx *ctx, const char *id) {
  * snapshot is taken (a few ms on btrfs), so no write is half-seen.  The
  * row was made in state `creating` when the call was accepted. */
 static int do_snapshot(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, const char *snap_id, hutch_err *err) {
+  struct hutch_snapshot_rec row;
+  if (hutch_db_snapshot_get(ctx->db, snap_id, &row, err) < 0) return -1;
+  bool full = !strcmp(row.kind, "full");
+  hutch_snapshot_rec_free(&row);
+  if (full) {
+    /* Memory and files: checkpoint, snapshot, continue from the checkpoint. */
+    if (hutch_ops_fit("snapshot_full", r->state, r->id, err) != 0 || !keeps_memory(r) ||
+        full_checkpoint(ctx, r, snap_id, true, err) < 0) {
+      if (!err->msg[0]) hutch_err_set(err, 409, "conflict", "sandbox `%s` cannot checkpoint memory", r->id);
+      hutch_err e2 = HUTCH_ERR_INIT;
+      hutch_db_snapshot_delete(ctx->db, snap_id, &e2);
+      return hutch_err_wrap(err, "full snapshot of sandbox %s", r->id);
+    }
+    return 0;
+  }
   cleanup_free char *src = snapshot_source(ctx, r->id);
   cleanup_free char *root = hutch_rootfs_path(&ctx->pool, r->id);
   cleanup_free char *dst = hutch_pool_path(&ctx->pool, "snapshots", snap_id);
@@ -591,7 +790,15 @@ static int do_rollback(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, const
   if (!ready) return hutch_err_set(err, 409, "conflict", "snapshot `%s` is not ready", snap_id);
   char was[16];
   snprintf(was, sizeof was, "%s", r->state);
-  bool restart = !strcmp(was, "paused");
+  struct hutch_snapshot_rec srow;
+  bool full = false;
+  if (hutch_db_snapshot_get(ctx->db, snap_id, &srow, err) == 0) {
+    full = !strcmp(srow.kind, "full") && keeps_memory(r);
+    hutch_snapshot_rec_free(&srow);
+  }
+  /* A full snapshot brings its processes back too: the sandbox runs them. */
+  cleanup_free char *ckpt = full ? checkpoint_dir(ctx, snap_id) : NULL;
+  bool restart = !strcmp(was, "paused") || full;
   cleanup_free char *root = hutch_rootfs_path(&ctx->pool, r->id);
   cleanup_free char *aside = xasprintf("%s.rollback", root);
   cleanup_free char *from = hutch_pool_path(&ctx->pool, "snapshots", snap_id);
@@ -602,7 +809,7 @@ static int do_rollback(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, const
   char hn[64];
   hutch_hostname_for(r->id, hn);
   if (set_state(ctx, r->id, "rolling_back", was, NULL, err) < 0) goto fail;
-  if (restart && runtime_down(ctx, r, err) < 0) goto fail;
+  if (!strcmp(was, "paused") && runtime_down(ctx, r, err) < 0) goto fail;
   FAULT("rollback.down");
   if (rename(root, aside) < 0) {
     hutch_err_sys(err, errno, "set `%s` aside", root);
@@ -621,7 +828,9 @@ static int do_rollback(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, const
   }
   if (restart) {
     /* The paused processes ended with the old files: boot on the new ones. */
-    if (slot_claim(ctx, r, err) < 0 || shim_up(ctx, r, NULL, err) < 0) goto fail;
+    if (slot_claim(ctx, r, err) < 0 || shim_up_from(ctx, r, ckpt, NULL, err) < 0) goto fail;
+    hutch_err e4 = HUTCH_ERR_INIT;
+    if (full) hutch_db_sandbox_set_field(ctx->db, r->id, "checkpoint", NULL, &e4);
     if (set_state(ctx, r->id, "running", "rolling_back", NULL, err) < 0) return -1;
     renew_deadline(ctx, r);
   } else if (set_state(ctx, r->id, was, "rolling_back", NULL, err) < 0) {

@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "lifecycle/events.h"
 #include "lifecycle/ops.h"
+#include "runtime/runtime.h"
 #include "store/retention.h"
 #include "store/template.h"
 
@@ -33,6 +34,16 @@ int hutch_snapshot_policy_parse(json_t *in, json_t **out, hutch_err *err) {
     interval = json_integer_value(iv);
     json_object_del(copy, "interval_s");
   }
+  json_t *kf = json_object_get(copy, "keep_full");
+  json_int_t keep_full = 3;
+  if (kf) {
+    if (!json_is_integer(kf) || json_integer_value(kf) < 0 || json_integer_value(kf) > 10000) {
+      json_decref(copy);
+      return hutch_err_invalid(err, "field `snapshots.keep_full`: an integer from 0 to 10000");
+    }
+    keep_full = json_integer_value(kf);
+    json_object_del(copy, "keep_full");
+  }
   struct hutch_retention r = default_retention;
   if (hutch_retention_parse(copy, &r, err) < 0) {
     json_decref(copy);
@@ -41,6 +52,7 @@ int hutch_snapshot_policy_parse(json_t *in, json_t **out, hutch_err *err) {
   json_decref(copy);
   json_t *o = hutch_retention_to_json(&r);
   json_object_set_new(o, "interval_s", json_integer(interval));
+  json_object_set_new(o, "keep_full", json_integer(keep_full));
   *out = o;
   return 0;
 }
@@ -55,6 +67,7 @@ json_t *hutch_snapshot_policy_of(const struct hutch_sandbox_rec *r) {
   } else {
     out = hutch_retention_to_json(&default_retention);
     json_object_set_new(out, "interval_s", json_integer(0));
+    json_object_set_new(out, "keep_full", json_integer(3));
   }
   json_decref(req);
   return out;
@@ -79,29 +92,25 @@ static int newest(struct hutch_ctx *ctx, const char *sb_id, const char *kind, st
   return found;
 }
 
-int hutch_lc_snapshot(struct hutch_ctx *ctx, const char *sb_id, const char *kind, json_t *labels,
-                      char snap_id[64], char op_id[64], hutch_err *err) {
-  struct hutch_sandbox_rec r;
-  if (hutch_lc_get(ctx, sb_id, &r, err) < 0) return -1;
-  int ret = -1;
+int hutch_snapshot_row_new(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, const char *kind,
+                           json_t *labels, char snap_id[64], hutch_err *err) {
   struct hutch_snapshot_rec s;
   memset(&s, 0, sizeof s);
-  if (hutch_ops_fit("snapshot", r.state, sb_id, err) != 0) goto out;
   hutch_random_id("snap", s.id, sizeof s.id);
-  snprintf(s.sandbox_id, sizeof s.sandbox_id, "%s", sb_id);
-  snprintf(s.template_name, sizeof s.template_name, "%s", r.template_name);
+  snprintf(s.sandbox_id, sizeof s.sandbox_id, "%s", r->id);
+  snprintf(s.template_name, sizeof s.template_name, "%s", r->template_name);
   snprintf(s.kind, sizeof s.kind, "%s", kind);
   snprintf(s.state, sizeof s.state, "creating");
   /* Incremental to the sandbox's newest snapshot, or to the snapshot it
    * was made from. */
   struct hutch_snapshot_rec prev;
   hutch_err e2 = HUTCH_ERR_INIT;
-  if (newest(ctx, sb_id, NULL, &prev, &e2) == 0) {
+  if (newest(ctx, r->id, NULL, &prev, &e2) == 0) {
     snprintf(s.parent_id, sizeof s.parent_id, "%s", prev.id);
     hutch_snapshot_rec_free(&prev);
   } else {
     json_error_t je;
-    json_t *req = json_loads(r.request, 0, &je);
+    json_t *req = json_loads(r->request, 0, &je);
     const char *from = json_string_value(json_object_get(req, "from_snapshot"));
     if (from && hutch_db_snapshot_get(ctx->db, from, &prev, &e2) == 0) {
       snprintf(s.parent_id, sizeof s.parent_id, "%s", from);
@@ -110,17 +119,38 @@ int hutch_lc_snapshot(struct hutch_ctx *ctx, const char *sb_id, const char *kind
     json_decref(req);
   }
   s.labels = labels ? json_dumps(labels, JSON_COMPACT | JSON_SORT_KEYS) : xstrdup("{}");
-  s.request = xstrdup(r.request);
+  s.request = xstrdup(r->request);
   s.created_at = now_ms();
-  if (hutch_db_snapshot_insert(ctx->db, &s, err) < 0) goto out;
-  if (hutch_lc_queue(ctx, "snapshot", sb_id, s.id, op_id, err) < 0) {
-    hutch_db_snapshot_delete(ctx->db, s.id, &e2);
+  int rc = hutch_db_snapshot_insert(ctx->db, &s, err);
+  if (rc == 0) memcpy(snap_id, s.id, 64);
+  hutch_snapshot_rec_free(&s);
+  return rc;
+}
+
+int hutch_lc_snapshot(struct hutch_ctx *ctx, const char *sb_id, const char *kind, json_t *labels,
+                      char snap_id[64], char op_id[64], hutch_err *err) {
+  struct hutch_sandbox_rec r;
+  if (hutch_lc_get(ctx, sb_id, &r, err) < 0) return -1;
+  int ret = -1;
+  if (hutch_ops_fit(!strcmp(kind, "full") ? "snapshot_full" : "snapshot", r.state, sb_id, err) != 0) goto out;
+  if (!strcmp(kind, "full")) {
+    const struct hutch_runtime_ops *rt = hutch_runtime_get(r.runtime);
+    if (!rt || !rt->checkpoint || !(rt->caps & HUTCH_RT_CAP_MEMORY_CHECKPOINT)) {
+      hutch_err_set(err, 409, "conflict",
+                    "sandbox `%s` runs on `%s`, which cannot checkpoint memory: take a files snapshot, or use the "
+                    "gvisor runtime",
+                    sb_id, r.runtime);
+      goto out;
+    }
+  }
+  if (hutch_snapshot_row_new(ctx, &r, kind, labels, snap_id, err) < 0) goto out;
+  if (hutch_lc_queue(ctx, "snapshot", sb_id, snap_id, op_id, err) < 0) {
+    hutch_err e2 = HUTCH_ERR_INIT;
+    hutch_db_snapshot_delete(ctx->db, snap_id, &e2);
     goto out;
   }
-  memcpy(snap_id, s.id, 64);
   ret = 0;
 out:
-  hutch_snapshot_rec_free(&s);
   hutch_sandbox_rec_free(&r);
   return ret;
 }
@@ -136,7 +166,9 @@ int hutch_lc_snapshot_delete(struct hutch_ctx *ctx, const char *snap_id, hutch_e
   /* The row first: nothing new can start from it; then its blocks. */
   if (hutch_db_snapshot_delete(ctx->db, snap_id, err) < 0) return -1;
   cleanup_free char *path = hutch_pool_path(&ctx->pool, "snapshots", snap_id);
-  if (hutch_pool_volume_remove(&ctx->pool, path, err) < 0) return hutch_err_wrap(err, "delete snapshot %s", snap_id);
+  cleanup_free char *ckpt = hutch_pool_path(&ctx->pool, "checkpoints", snap_id);
+  if (hutch_pool_volume_remove(&ctx->pool, path, err) < 0 || hutch_pool_volume_remove(&ctx->pool, ckpt, err) < 0)
+    return hutch_err_wrap(err, "delete snapshot %s", snap_id);
   hutch_events_publish_snapshot(snap_id, sb, "deleted");
   hutch_log(LOG_INFO, "snapshot.deleted", "id", snap_id, "sandbox", sb, NULL);
   return 0;
@@ -158,6 +190,36 @@ void hutch_snapshots_reconcile(struct hutch_ctx *ctx) {
       /* Its files are gone (removed by hand): the row would only mislead. */
       if (hutch_db_snapshot_delete(ctx->db, v[i].id, &e) == 0)
         hutch_log(LOG_WARN, "snapshot.reconciled", "id", v[i].id, "was", "missing", "now", "deleted", NULL);
+    }
+    hutch_snapshot_rec_free(&v[i]);
+  }
+  free(v);
+}
+
+void hutch_snapshots_retire_suspends(struct hutch_ctx *ctx, const char *sb_id, const char *keep) {
+  struct hutch_sandbox_rec r;
+  hutch_err err = HUTCH_ERR_INIT;
+  uint32_t keep_full = 3;
+  if (hutch_db_sandbox_get(ctx->db, sb_id, &r, &err) == 0) {
+    json_t *pol = hutch_snapshot_policy_of(&r);
+    json_t *k = json_object_get(pol, "keep_full");
+    if (json_is_integer(k)) keep_full = (uint32_t)json_integer_value(k);
+    json_decref(pol);
+    hutch_sandbox_rec_free(&r);
+  }
+  struct hutch_snapshot_rec *v = NULL;
+  size_t n = 0;
+  if (hutch_db_snapshot_list(ctx->db, sb_id, "full", &v, &n, &err) < 0) return;
+  /* Newest first: keep `keep_full` (and always `keep`, the one a restore needs). */
+  uint32_t kept = 0;
+  for (size_t i = n; i-- > 0;) {
+    bool ready = !strcmp(v[i].state, "ready");
+    if (ready && (!strcmp(v[i].id, keep) || kept < keep_full)) {
+      kept++;
+    } else if (ready) {
+      hutch_err e = HUTCH_ERR_INIT;
+      if (hutch_lc_snapshot_delete(ctx, v[i].id, &e) == 0)
+        hutch_log(LOG_INFO, "snapshot.retired", "id", v[i].id, "sandbox", sb_id, "kind", "full", NULL);
     }
     hutch_snapshot_rec_free(&v[i]);
   }
@@ -258,7 +320,12 @@ int hutch_lc_fork(struct hutch_ctx *ctx, const char *sb_id, uint32_t count, cons
     /* The current state, frozen for the few ms a snapshot takes. */
     char op[64];
     json_t *l = json_pack("{s:s}", "hutch.fork", "true");
-    int rc = hutch_lc_snapshot(ctx, sb_id, "fork", l, out->snapshot, op, err);
+    /* Where the runtime checkpoints memory, the copies continue the
+     * parent's running processes: a full snapshot. */
+    const struct hutch_runtime_ops *rt = hutch_runtime_get(r.runtime);
+    bool memory = rt && rt->checkpoint && (rt->caps & HUTCH_RT_CAP_FORK_MEMORY) &&
+                  (!strcmp(r.state, "running") || !strcmp(r.state, "paused"));
+    int rc = hutch_lc_snapshot(ctx, sb_id, memory ? "full" : "fork", l, out->snapshot, op, err);
     json_decref(l);
     if (rc < 0) goto out;
     struct hutch_op_rec o;
@@ -315,6 +382,7 @@ static void apply_retention(struct hutch_ctx *ctx, const char *sb_id, json_t *po
   struct hutch_retention ret = default_retention;
   json_t *copy = json_deep_copy(policy);
   json_object_del(copy, "interval_s");
+  json_object_del(copy, "keep_full");
   hutch_err err = HUTCH_ERR_INIT;
   int bad = hutch_retention_parse(copy, &ret, &err);
   json_decref(copy);

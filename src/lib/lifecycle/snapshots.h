@@ -15,7 +15,12 @@ int hutch_snapshot_policy_parse(json_t *in, json_t **out, hutch_err *err);
 /* The sandbox's policy (defaults, interval 0, when it has none). */
 json_t *hutch_snapshot_policy_of(const struct hutch_sandbox_rec *r);
 
-/* Accept a snapshot of sandbox `sb_id` (kind manual, auto or fork): the row
+/* A snapshot row in state `creating` for sandbox `r` (parent: its newest
+ * snapshot, or the one it was made from). */
+int hutch_snapshot_row_new(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, const char *kind,
+                           json_t *labels, char snap_id[64], hutch_err *err);
+/* Accept a snapshot of sandbox `sb_id` (kind manual, auto, fork or full —
+ * memory and files, on runtimes that checkpoint memory): the row
  * is made in state `creating` and an operation queued. */
 int hutch_lc_snapshot(struct hutch_ctx *ctx, const char *sb_id, const char *kind, json_t *labels,
                       char snap_id[64], char op_id[64], hutch_err *err);
@@ -44,6 +49,10 @@ void hutch_lc_auto_snapshots(struct hutch_ctx *ctx, const struct hutch_sandbox_r
 /* At start: snapshots left half-taken by a crash are removed, rows whose
  * files are gone dropped. */
 void hutch_snapshots_reconcile(struct hutch_ctx *ctx);
+
+/* Keep the newest `keep_full` (policy, default 3) full snapshots of a
+ * sandbox, and always `keep`; delete the older ones. */
+void hutch_snapshots_retire_suspends(struct hutch_ctx *ctx, const char *sb_id, const char *keep);
 
 /* lifecycle/templates.c */
 int hutch_lc_templates_init(struct hutch_ctx *ctx, hutch_err *err);

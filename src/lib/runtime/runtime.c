@@ -4,7 +4,9 @@
 
 #include "runtime/runtime.h"
 
-static const struct hutch_runtime_ops *const all_runtimes[] = {&hutch_runtime_native, NULL};
+/* "auto" takes the first available one: native first (which runtime "auto"
+ * prefers is the lifecycle's decision, not this list's). */
+static const struct hutch_runtime_ops *const all_runtimes[] = {&hutch_runtime_native, &hutch_runtime_gvisor, NULL};
 
 const struct hutch_runtime_ops *const *hutch_runtimes(void) { return all_runtimes; }
 

@@ -4,7 +4,8 @@
  * inside it; every runtime hands back one byte stream to hutch-init, so
  * commands and files work the same everywhere (ARCHITECTURE.md §2).
  *
- * Only `native` exists so far; `gvisor` and `vm` plug in here.
+ * `native` (namespaces, native.c) and `gvisor` (runsc, gvisor.c) exist;
+ * `vm` plugs in here.
  */
 #ifndef HUTCH_RUNTIME_H
 #define HUTCH_RUNTIME_H
@@ -37,6 +38,12 @@ struct hutch_sandbox_spec {
   uint32_t uid_count; /* size of the mapped range */
   struct hutch_cgroup_limits limits;
   uint64_t tmp_bytes; /* size of the /tmp tmpfs */
+  /* gvisor only (NULL elsewhere; optional in the JSON): */
+  char *runsc_path;     /* runsc binary; NULL = "runsc" from PATH */
+  char *runsc_platform; /* runsc --platform; NULL = "ptrace" */
+  char *state_dir;      /* runsc --root for this sandbox (DATA/sandboxes/<id>/runsc) */
+  char *bundle_dir;     /* the OCI bundle: config.json, rootfs/ (DATA/sandboxes/<id>/bundle) */
+  char *restore_from;   /* a checkpoint image directory: start() restores it instead of booting */
 };
 
 void hutch_spec_free(struct hutch_sandbox_spec *s);
@@ -64,9 +71,15 @@ struct hutch_runtime_ops {
   /* Kill everything and release the runtime's resources.  Idempotent, and
    * works without the shim (hutchd calls it to clean up after a dead shim). */
   int (*destroy)(const struct hutch_sandbox_spec *spec, hutch_err *err);
+  /* Write a memory checkpoint of the running sandbox into `dir` (created;
+   * on success every file in it and `dir` itself are fsync'd); the
+   * sandbox's processes stop.  Works from any host-root process (hutchd),
+   * with only the spec.  NULL when the runtime cannot. */
+  int (*checkpoint)(const struct hutch_sandbox_spec *spec, const char *dir, hutch_err *err);
 };
 
 extern const struct hutch_runtime_ops hutch_runtime_native;
+extern const struct hutch_runtime_ops hutch_runtime_gvisor;
 
 /* Look a runtime up by name; "auto" picks the strongest available. */
 const struct hutch_runtime_ops *hutch_runtime_get(const char *name);

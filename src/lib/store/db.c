@@ -336,6 +336,23 @@ int hutch_db_sandbox_set_snapshot_policy(struct hutch_db *db, const char *id, co
   return changed_or_404(db, st, id, err, "set snapshot policy");
 }
 
+int hutch_db_sandbox_set_field(struct hutch_db *db, const char *id, const char *field, const char *json_value,
+                               hutch_err *err) {
+  /* `field` comes from hutch's code, never from a request. */
+  cleanup_free char *sql =
+      json_value ? xasprintf("UPDATE sandboxes SET request=json_set(request, '$.%s', json(?)), updated_at=? WHERE id=?",
+                             field)
+                 : xasprintf("UPDATE sandboxes SET request=json_remove(request, '$.%s'), updated_at=? WHERE id=?",
+                             field);
+  sqlite3_stmt *st = prep(db, sql, err);
+  if (!st) return -1;
+  int i = 1;
+  if (json_value) bind_text(st, i++, json_value);
+  sqlite3_bind_int64(st, i++, (sqlite3_int64)now_ms());
+  bind_text(st, i, id);
+  return changed_or_404(db, st, id, err, "update sandbox request");
+}
+
 int hutch_db_sandbox_set_expiry(struct hutch_db *db, const char *id, uint64_t expires_at, int64_t timeout_s,
                                 hutch_err *err) {
   sqlite3_stmt *st = prep(db,

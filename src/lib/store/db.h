@@ -60,6 +60,10 @@ int hutch_db_sandbox_clear_expiry(struct hutch_db *db, const char *id, hutch_err
 int hutch_db_sandbox_set_expiry(struct hutch_db *db, const char *id, uint64_t expires_at, int64_t timeout_s,
                                 hutch_err *err);
 int64_t hutch_db_sandbox_count(struct hutch_db *db);
+/* Set (json_value: JSON text) or remove (NULL) a top-level field of the
+ * stored request; `field` is a constant of hutch's, not user input. */
+int hutch_db_sandbox_set_field(struct hutch_db *db, const char *id, const char *field, const char *json_value,
+                               hutch_err *err);
 /* The stored request's automatic snapshot policy becomes `policy_json`. */
 int hutch_db_sandbox_set_snapshot_policy(struct hutch_db *db, const char *id, const char *policy_json,
                                          hutch_err *err);

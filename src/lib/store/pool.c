@@ -189,6 +189,24 @@ static int clear_area(const struct hutch_pool *p, const char *area, const char *
   return rc;
 }
 
+/* checkpoints/<snap>.tmp: a memory image whose snapshot never became ready. */
+static int clear_area_suffix(const struct hutch_pool *p, const char *area, const char *suffix, hutch_err *err) {
+  cleanup_free char *dir = hutch_pool_path(p, area, NULL);
+  DIR *d = opendir(dir);
+  if (!d) return hutch_err_sys(err, errno, "open `%s`", dir);
+  struct dirent *e;
+  int rc = 0;
+  size_t sl = strlen(suffix);
+  while ((e = readdir(d))) {
+    size_t n = strlen(e->d_name);
+    if (n <= sl || strcmp(e->d_name + n - sl, suffix)) continue;
+    cleanup_free char *path = xasprintf("%s/%s", dir, e->d_name);
+    if (hutch_pool_volume_remove(p, path, err) < 0) rc = -1;
+  }
+  closedir(d);
+  return rc;
+}
+
 int hutch_pool_open(struct hutch_pool *p, const char *data_dir, const struct hutch_pool_opts *o, hutch_err *err) {
   memset(p, 0, sizeof *p);
   p->root = xasprintf("%s/pool", data_dir);
@@ -225,12 +243,13 @@ int hutch_pool_open(struct hutch_pool *p, const char *data_dir, const struct hut
   if (!was && write_file(marker, p->kind == HUTCH_POOL_BTRFS ? "btrfs\n" : "overlay\n",
                          p->kind == HUTCH_POOL_BTRFS ? 6 : 8, 0600, err) < 0)
     return -1;
-  static const char *const areas[] = {"templates", "rootfs", "snapshots", "staging"};
+  static const char *const areas[] = {"templates", "rootfs", "snapshots", "checkpoints", "staging"};
   for (size_t i = 0; i < sizeof areas / sizeof *areas; i++) {
     cleanup_free char *d = hutch_pool_path(p, areas[i], NULL);
     if (mkdir(d, 0700) < 0 && errno != EEXIST) return hutch_err_sys(err, errno, "mkdir `%s`", d);
   }
-  if (clear_area(p, "staging", NULL, err) < 0 || clear_area(p, "templates", ".build-", err) < 0)
+  if (clear_area(p, "staging", NULL, err) < 0 || clear_area(p, "templates", ".build-", err) < 0 ||
+      clear_area_suffix(p, "checkpoints", ".tmp", err) < 0)
     return hutch_err_wrap(err, "clear the pool's staging area");
   hutch_log(LOG_INFO, "pool.ready", "path", p->root, "backend", hutch_pool_kind_name(p), "image",
             p->image ? p->image : "-", "quotas", !p->quotas ? "off" : p->quota_simple ? "simple" : "full", NULL);

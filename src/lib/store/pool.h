@@ -18,6 +18,7 @@
  *   templates/<name>      template roots (read-only subvolumes)
  *   rootfs/<sandbox id>   sandbox roots (btrfs: the root; overlay: upper/ and work/)
  *   snapshots/<snap id>   snapshots (read-only subvolumes; overlay: copies of upper/)
+ *   checkpoints/<snap id> memory images of full snapshots (runtimes that checkpoint memory)
  *   staging/              half-made things (builds, imports), cleared at start
  */
 #ifndef HUTCH_POOL_H
