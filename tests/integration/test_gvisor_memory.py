@@ -139,3 +139,18 @@ def test_full_snapshot_refused_on_native(api, make_sandbox):
     assert r.status == 409 and "memory" in r.json["error"]["message"], r
     r = api.request("POST", "/v1/sandboxes/%s/snapshots" % sb["id"], {"kind": "everything"})
     assert r.status == 400, r
+
+
+def test_full_snapshots_have_their_own_retention_tier(api, make_sandbox):
+    sb = make_sandbox(runtime="gvisor", template="busybox", snapshots={"keep_full": 2})
+    sid = sb["id"]
+    ids = []
+    for i in range(3):
+        api.exec_ok(sid, cmd="echo %d > /root/f" % i)
+        r = api.request("POST", "/v1/sandboxes/%s/snapshots" % sid, {"kind": "full"}, timeout=300)
+        assert r.status == 201, r
+        ids.append(r.json["id"])
+    files = api.request("POST", "/v1/sandboxes/%s/snapshots" % sid, {}).json["id"]
+    full = [s["id"] for s in api.request("GET", "/v1/snapshots?sandbox=%s&kind=full" % sid).json["snapshots"]]
+    assert full == ids[1:], (full, ids)  # the oldest full one retired
+    assert api.request("GET", "/v1/snapshots/" + files).status == 200  # files-only snapshots are another tier

@@ -725,6 +725,9 @@ static int do_snapshot(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, const
       hutch_db_snapshot_delete(ctx->db, snap_id, &e2);
       return hutch_err_wrap(err, "full snapshot of sandbox %s", r->id);
     }
+    /* Full snapshots have their own retention tier (policy keep_full); the
+     * one a pending restore needs is never retired. */
+    hutch_snapshots_retire_suspends(ctx, r->id, snap_id);
     return 0;
   }
   cleanup_free char *src = snapshot_source(ctx, r->id);

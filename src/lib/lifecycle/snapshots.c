@@ -200,11 +200,17 @@ void hutch_snapshots_retire_suspends(struct hutch_ctx *ctx, const char *sb_id, c
   struct hutch_sandbox_rec r;
   hutch_err err = HUTCH_ERR_INIT;
   uint32_t keep_full = 3;
+  char pending[64] = "";
   if (hutch_db_sandbox_get(ctx->db, sb_id, &r, &err) == 0) {
     json_t *pol = hutch_snapshot_policy_of(&r);
     json_t *k = json_object_get(pol, "keep_full");
     if (json_is_integer(k)) keep_full = (uint32_t)json_integer_value(k);
     json_decref(pol);
+    json_error_t je;
+    json_t *req = json_loads(r.request, 0, &je);
+    const char *c = json_string_value(json_object_get(req, "checkpoint"));
+    if (c) snprintf(pending, sizeof pending, "%s", c);
+    json_decref(req);
     hutch_sandbox_rec_free(&r);
   }
   struct hutch_snapshot_rec *v = NULL;
@@ -214,7 +220,9 @@ void hutch_snapshots_retire_suspends(struct hutch_ctx *ctx, const char *sb_id, c
   uint32_t kept = 0;
   for (size_t i = n; i-- > 0;) {
     bool ready = !strcmp(v[i].state, "ready");
-    if (ready && (!strcmp(v[i].id, keep) || kept < keep_full)) {
+    if (ready && !strcmp(v[i].id, pending)) {
+      /* A suspended sandbox's restore needs it, whatever the count. */
+    } else if (ready && (!strcmp(v[i].id, keep) || kept < keep_full)) {
       kept++;
     } else if (ready) {
       hutch_err e = HUTCH_ERR_INIT;

@@ -51,7 +51,8 @@ void hutch_lc_auto_snapshots(struct hutch_ctx *ctx, const struct hutch_sandbox_r
 void hutch_snapshots_reconcile(struct hutch_ctx *ctx);
 
 /* Keep the newest `keep_full` (policy, default 3) full snapshots of a
- * sandbox, and always `keep`; delete the older ones. */
+ * sandbox, always `keep` and the one its pending restore needs; delete the
+ * older ones. */
 void hutch_snapshots_retire_suspends(struct hutch_ctx *ctx, const char *sb_id, const char *keep);
 
 /* lifecycle/templates.c */
