@@ -52,6 +52,7 @@ enum {
   K_OUTPUT,
   K_PARENT,
   K_INCREMENTAL,
+  K_FULL,
   K_COUNT,
   K_SNAPSHOT,
 };
@@ -878,7 +879,7 @@ void hutch_cp_args_free(hutch_cp_args *a) {
 /* The template sources hutchd builds from (docs/api.md "Storage"). */
 static const char *const template_sources[] = {"host", "busybox", "debian", "oci", "snapshot", NULL};
 /* Snapshot kinds, for `snapshot list --kind`. */
-static const char *const snapshot_kinds[] = {"manual", "auto", "fork", "imported", NULL};
+static const char *const snapshot_kinds[] = {"manual", "auto", "fork", "full", "imported", NULL};
 
 static bool in_set(const char *const *set, const char *s) {
   for (; *set; set++)
@@ -1020,6 +1021,7 @@ int hutch_parse_snapshot_args(int argc, char **argv, hutch_snapshot_args *a, hut
       {"label", 0, true, K_LABEL},       {"kind", 0, true, K_KIND},
       {"output", 'o', true, K_OUTPUT},   {"parent", 0, true, K_PARENT},
       {"incremental", 0, false, K_INCREMENTAL},
+      {"full", 0, false, K_FULL},
       OPT_JSON,
       OPT_HELP,
       OPT_END,
@@ -1029,7 +1031,7 @@ int hutch_parse_snapshot_args(int argc, char **argv, hutch_snapshot_args *a, hut
   a->body = json_object();
   a->query = xstrdup("");
   const char *action = NULL, *kind = NULL, *parent = NULL;
-  bool incremental = false, labels = false;
+  bool incremental = false, labels = false, full = false;
   hutch_argp p;
   hutch_argp_init(&p, argc, argv, opts, -1);
   int k;
@@ -1051,7 +1053,7 @@ int hutch_parse_snapshot_args(int argc, char **argv, hutch_snapshot_args *a, hut
         break;
       case K_KIND:
         if (!in_set(snapshot_kinds, p.arg))
-          return hutch_err_invalid(err, "--kind `%s`: expected manual, auto, fork or imported",
+          return hutch_err_invalid(err, "--kind `%s`: expected manual, auto, fork, full or imported",
                                    p.arg);
         kind = p.arg;
         break;
@@ -1064,6 +1066,7 @@ int hutch_parse_snapshot_args(int argc, char **argv, hutch_snapshot_args *a, hut
         parent = p.arg;
         break;
       case K_INCREMENTAL: incremental = true; break;
+      case K_FULL: full = true; break;
     }
   }
   if (k < 0) return -1;
@@ -1094,6 +1097,8 @@ int hutch_parse_snapshot_args(int argc, char **argv, hutch_snapshot_args *a, hut
   if (table[t].max >= 0 && a->nids > table[t].max)
     return hutch_err_invalid(err, "unexpected argument `%s`", a->ids[table[t].max]);
   if (labels && a->action != HUTCH_SNAP_CREATE) return only_for("label", "snapshot create", err);
+  if (full && a->action != HUTCH_SNAP_CREATE) return only_for("full", "snapshot create", err);
+  if (full) json_object_set_new(a->body, "kind", json_string("full"));
   if (kind && a->action != HUTCH_SNAP_LIST) return only_for("kind", "snapshot list", err);
   if (a->action != HUTCH_SNAP_EXPORT) {
     if (a->output) return only_for("output", "snapshot export", err);

@@ -20,11 +20,11 @@
 #define SNAPSHOT_TYPE "application/vnd.hutch.snapshot"
 
 static const char snapshot_usage[] =
-    "usage: hutch snapshot create ID [--label K=V]... | list [ID] [--kind K] | get SNAP\n"
+    "usage: hutch snapshot create ID [--full] [--label K=V]... | list [ID] [--kind K] | get SNAP\n"
     "       hutch snapshot delete SNAP... | import FILE\n"
     "       hutch snapshot export SNAP [-o FILE] [--parent SNAP | --incremental]\n";
 static const char snapshot_help[] =
-    "usage: hutch snapshot create ID [--label K=V]...   snapshot a sandbox, print the id\n"
+    "usage: hutch snapshot create ID [--full] [--label K=V]...   snapshot a sandbox, print the id\n"
     "       hutch snapshot list [ID] [--kind K]         list snapshots (of one sandbox)\n"
     "       hutch snapshot get SNAP                     show a snapshot\n"
     "       hutch snapshot delete SNAP...               delete snapshots, print each id\n"
@@ -37,7 +37,9 @@ static const char snapshot_help[] =
     "--from-snapshot SNAP` or `hutch template create NAME --from-snapshot SNAP`.\n"
     "\n"
     "  --label K=V       create: label (repeatable)\n"
-    "  --kind K          list: only manual, auto, fork or imported snapshots\n"
+    "  --full            create: memory and files (runtimes that checkpoint memory:\n"
+    "                    gvisor); rollback to it brings the processes back\n"
+    "  --kind K          list: only manual, auto, fork, full or imported snapshots\n"
     "  -o, --output FILE export: write to FILE (mode 0600, put in place when\n"
     "                    complete) instead of stdout\n"
     "  --parent SNAP     export: only the changes since SNAP (which the importing\n"

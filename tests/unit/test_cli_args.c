@@ -939,7 +939,7 @@ static void test_snapshot(void) {
       {{"snapshot", "create", "sb_x", "--label", "nokey"}, "--label `nokey`: expected KEY=VALUE"},
       {{"snapshot", "get", "s", "--label", "a=b"}, "--label applies only to `snapshot create`"},
       {{"snapshot", "list", "--kind", "weekly"},
-       "--kind `weekly`: expected manual, auto, fork or imported"},
+       "--kind `weekly`: expected manual, auto, fork, full or imported"},
       {{"snapshot", "get", "s", "--kind", "auto"}, "--kind applies only to `snapshot list`"},
       {{"snapshot", "import", "f", "-o", "x"}, "--output applies only to `snapshot export`"},
       {{"snapshot", "get", "s", "--parent", "p"}, "--parent applies only to `snapshot export`"},
