@@ -4,7 +4,7 @@ measured in the same invocation (issue 3).  See bench/README.md.
 
     make bench                                 # default sizes (a few minutes)
     /usr/bin/python3 bench/bench.py --quick    # smoke run, ~30-60 s
-    /usr/bin/python3 bench/bench.py --only storage   # one section: api, pool, storage
+    /usr/bin/python3 bench/bench.py --only storage   # one section: api, pool, storage, gvisor
 
 Every client talks HTTP/1.1 to hutchd over its unix socket.  Unless a row
 says otherwise, each client thread keeps ONE keep-alive connection for all
@@ -55,9 +55,12 @@ TARGETS = [
     ("storage_snapshot_p50", "snapshot of a running 1 GiB root after a 1 MiB change, p50", ("storage_snapshot", "p50"), "<=", 50.0, "ms"),
     ("storage_snapshot_p99", "snapshot of a running 1 GiB root after a 1 MiB change, p99", ("storage_snapshot", "p99"), "<=", 50.0, "ms"),
     ("storage_bytes", "pool bytes stored per such snapshot (mean)", ("storage", "stored_mib_per_snapshot_mean"), "<=", 1.2, "MiB"),
+    # The gvisor section: an idle Python process holding state in memory.
+    ("gvisor_restore_p50", "gvisor restore of an idle Python process, p50", ("gvisor_restore", "p50"), "<=", 300.0, "ms"),
+    ("gvisor_fork_p50", "gvisor fork ×4 of a running sandbox until all run, p50", ("gvisor_fork", "p50"), "<=", 1000.0, "ms"),
 ]
 
-SECTIONS = ("api", "pool", "storage")
+SECTIONS = ("api", "pool", "storage", "gvisor")
 
 BWRAP_ARGV = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
               "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
@@ -382,8 +385,10 @@ def machine_facts():
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_snapshot():
-    """(host busy ticks, host total ticks, {pid: (starttime, cpu ticks incl. reaped children, ppid, comm)})."""
+def cpu_snapshot(tags=()):
+    """(host busy ticks, host total ticks, {pid: (starttime, cpu ticks incl.
+    reaped children, ppid, comm)}, {pids whose command line names one of
+    `tags`: this run's directories})."""
     f = (read("/proc/stat") or "cpu 0 0 0 0").splitlines()[0].split()[1:]
     v = [int(x) for x in f]
     total = sum(v[:8])
@@ -397,7 +402,13 @@ def cpu_snapshot():
         r = st[st.rindex(")") + 2:].split()
         # fields after comm: state ppid ... utime(14) stime(15) cutime(16) cstime(17) ... starttime(22)
         procs[pid] = (int(r[19]), int(r[11]) + int(r[12]) + int(r[13]) + int(r[14]), int(r[1]), comm)
-    return total - idle, total, procs
+    tagged = set()
+    if tags:
+        for pid in procs:
+            c = read("/proc/%d/cmdline" % pid, "") or ""
+            if any(t in c for t in tags):
+                tagged.add(pid)
+    return total - idle, total, procs, tagged
 
 
 def cpu_since(a, b, ours):
@@ -406,10 +417,28 @@ def cpu_since(a, b, ours):
     benchmark's (others: user processes; kthreads: kernel threads, some of
     them working for us, e.g. namespace and cgroup teardown).  Processes born
     and reaped inside the interval count towards their parent; orphans reaped
-    by pid 1 (shims are, by design) are not counted as others."""
+    by pid 1 (shims are, by design) are not counted as others.  A process is
+    this benchmark's when it is in `ours`, its command line names this
+    run's directories (hutchd, hutch-shim, runsc of our sandboxes and
+    baselines), or an ancestor's does.  Without the directories (old
+    snapshots), hutch/runsc/bwrap process names count as ours, which also
+    hides other instances' (another hutchd's gVisor sandboxes, say)."""
     busy = b[0] - a[0]
     total = max(1, b[1] - a[1])
     others = kth = 0
+    tagged = (a[3] | b[3]) if len(a) > 3 and len(b) > 3 else None
+
+    def mine(pid):
+        p = pid
+        for _ in range(64):
+            if p in ours or p in tagged:
+                return True
+            info = b[2].get(p) or a[2].get(p)
+            if not info or info[2] <= 1:
+                return False
+            p = info[2]
+        return False
+
     for pid, (start, t, ppid, comm) in b[2].items():
         old = a[2].get(pid)
         if not old or old[0] != start or pid == 1 or pid in ours:
@@ -419,6 +448,9 @@ def cpu_since(a, b, ours):
             continue
         if ppid == 2 or pid == 2:
             kth += dt
+        elif tagged is not None:
+            if not mine(pid):
+                others += dt
         elif not comm.startswith("hutch-") and comm not in ("hutchd", "runsc", "exe", "bwrap", "MHD-connection"):
             others += dt
     # A parent that reaps a child inside the interval is charged all of the
@@ -809,19 +841,26 @@ class Bench:
         self.density = []
         self.storage = {}    # the storage section's non-latency results
         self.storage_raw = {}  # its raw samples (timestamped JSON only)
+        self.gvisor = {}     # the gvisor section's non-latency results
+        self.gv_execs = {}   # sandbox id -> execs it has run (gvisor section)
+        self.gvisor_raw = {}  # its raw samples (timestamped JSON only)
         self.runsc_root = None
 
     def note(self, s):
         log("note: " + s)
         self.notes.append(s)
 
+    def run_tags(self):
+        """This run's directories: every process of ours names one."""
+        return tuple(x for x in [d.root for d in self.daemons] + [self.runsc_root, getattr(self, "bin_dir", None)] if x)
+
     def mark(self):
-        self._mark = cpu_snapshot()
+        self._mark = cpu_snapshot(self.run_tags())
 
     def cpu(self):
         """CPU use since the last mark(); see cpu_since."""
         ours = {os.getpid()} | {d.proc.pid for d in self.daemons if d.proc is not None}
-        return cpu_since(self._mark, cpu_snapshot(), ours)
+        return cpu_since(self._mark, cpu_snapshot(self.run_tags()), ours)
 
     def record(self, name, samples, cpu=None, **extra):
         self.samples[name] = list(samples)
@@ -1532,6 +1571,454 @@ class Bench:
             self.record("storage_fork_per_copy", per_copy, count=n)
             self.record("storage_fork_delete", del_ms)
 
+    # -- gvisor: the runtime that keeps memory ---------------------------------------
+
+    # A process that holds state only in memory (tests/integration/
+    # test_gvisor_memory.py): a counter it advances on request, an open file,
+    # a listening socket on loopback.  GV_ASK talks to it: "add N" or "get"
+    # → "<counter> pid=<pid>".
+    GV_SERVER = r"""
+import os, socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 7777)); s.listen(8)
+f = open("/tmp/log", "a")
+n = 0
+while True:
+    c, _ = s.accept()
+    cmd = c.recv(100).decode().strip()
+    if cmd.startswith("add"):
+        n += int(cmd.split()[1])
+    f.write("%d\n" % n); f.flush()
+    c.sendall(b"%d pid=%d\n" % (n, os.getpid())); c.close()
+"""
+    GV_ASK = ("import socket,sys; c=socket.create_connection(('127.0.0.1',7777),timeout=10); "
+              "c.sendall(sys.argv[1].encode()); print(c.recv(100).decode().strip())")
+    GV_BODY = {"runtime": "gvisor", "template": "host", "resources": {"memory_mib": 1024}}
+    GV_FORK_COUNT = 4
+
+    def gv_ask(self, c, sid, cmd):
+        """(counter, pid) from the server in sandbox sid, or raises ApiError."""
+        self.gv_execs[sid] = self.gv_execs.get(sid, 0) + 1
+        js, _ = self.exec_ok(c, sid, ["python3", "-c", self.GV_ASK, cmd], timeout_s=60)
+        try:
+            n, pid = js["stdout"].split()
+            return int(n), pid
+        except (KeyError, ValueError):
+            raise ApiError("ask %s: unexpected answer %r" % (cmd, js.get("stdout")))
+
+    def gv_start_server(self, c, sid, timeout=90.0):
+        st, js, _ = c.request("POST", "/v1/sandboxes/%s/commands" % sid, {"argv": ["python3", "-c", self.GV_SERVER]})
+        if st not in (200, 201):
+            raise ApiError("start the server: %s %s" % (st, json.dumps(js)[:300]))
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                return self.gv_ask(c, sid, "get")
+            except ApiError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.3)
+
+    def gv_lifecycle(self, c, sid, verb):
+        st, js, ms = c.request("POST", "/v1/sandboxes/%s/%s?wait=true" % (sid, verb))
+        if st != 200 or not isinstance(js, dict):
+            raise ApiError("%s: %s %s" % (verb, st, json.dumps(js)[:500]))
+        return js, ms
+
+    def gv_image_bytes(self, snap_id):
+        """(allocated bytes, apparent bytes) of a full snapshot's memory
+        image: POOL/checkpoints/<snap>/, walked."""
+        root = os.path.join(self.gvisor.get("pool_path") or "", "checkpoints", snap_id)
+        if not os.path.isdir(root):
+            return None, None
+        alloc = size = 0
+        for dp, dns, fns in os.walk(root):
+            for fn in fns:
+                try:
+                    st = os.lstat(os.path.join(dp, fn))
+                except OSError:
+                    continue
+                alloc += st.st_blocks * 512
+                size += st.st_size
+        return alloc, size
+
+    def run_gvisor(self):
+        """The gvisor runtime (runsc, ptrace platform) on a hutchd of its
+        own: (1) create to ready, gvisor vs native, interleaved; (2) exec
+        `true`; (3) suspend/restore of a sandbox whose Python process holds
+        a counter in memory, checking after each restore that it continued;
+        (4) full snapshots: memory image size and checkpoint time; (5) fork
+        of 4 copies of that running sandbox, checking each copy answers.
+        Everything it makes is deleted at the end."""
+        G = self.gvisor
+        if not shutil.which("runsc"):
+            self.note("gvisor: runsc not found: section skipped")
+            G["skipped"] = "runsc not found"
+            return
+        d = Hutchd(self.build, "gvisor", pool=0)
+        self.daemons.append(d)
+        h = d.start()
+        if not getattr(self, "cgroup_version", None):
+            self.cgroup_version = h.get("cgroup")
+        log("hutchd (gvisor) instance %s" % d.instance)
+        end = time.monotonic() + self.phase_budget()
+
+        def over(what, done):
+            if end - time.monotonic() > 0:
+                return False
+            self.note("gvisor: %s stopped early by the time budget (%d done)" % (what, done))
+            return True
+
+        c = Client(d.sock, timeout=300)
+        try:
+            st, js, _ = c.request("GET", "/v1/runtimes")
+            rts = {x.get("name"): x for x in (js or {}).get("runtimes", [])} if st == 200 and isinstance(js, dict) else {}
+            gv = rts.get("gvisor")
+            if not gv or not gv.get("available"):
+                self.note("gvisor: hutchd has no available gvisor runtime (%s): section skipped" % (
+                    (gv or {}).get("reason") or "GET /v1/runtimes: %s" % st))
+                G["skipped"] = "runtime not available"
+                return
+            G["capabilities"] = gv.get("capabilities")
+            G["runsc"] = self.machine.get("runsc")
+            try:
+                G["pool_path"] = self.storage_info(c)[0].get("path")
+            except ApiError:
+                G["pool_path"] = os.path.join(d.data, "pool")
+            self.gvisor_creates(d, c, over)
+            if not over("exec", 0):
+                self.gvisor_memory(d, c, over)
+        except (ApiError, OSError) as e:
+            self.note("gvisor: section stopped: %s" % str(e)[:500])
+            G["error"] = str(e)[:500]
+        finally:
+            c.close()
+            try:
+                d.delete_all(conc=2, budget_s=120)
+                bad = d.delete_storage(budget_s=60)
+                if bad:
+                    self.note("gvisor cleanup: %s" % "; ".join(bad)[:500])
+            except (ApiError, OSError) as e:
+                self.note("gvisor cleanup through the API failed: %r" % e)
+            d.stop(drain_pool=False)
+            lo = d.cleanup_host()
+            if lo:
+                self.note("hutchd (gvisor) left behind after SIGTERM: %s" % "; ".join(lo)[:500])
+
+    def gvisor_creates(self, d, c, over):
+        """(1) POST /v1/sandboxes?wait=true with runtime gvisor and with
+        runtime native (template host both), alternating which goes first,
+        each deleted at once (the gvisor deletes are timed too)."""
+        a = self.a
+        bodies = {"gvisor": {"runtime": "gvisor", "template": "host"},
+                  "native": {"runtime": "native", "template": "host"}}
+        for k in ("gvisor", "native"):  # warm-up, untimed
+            sb, _ = c.create(bodies[k])
+            d.created.add(sb["id"])
+            c.delete(sb["id"])
+            d.created.discard(sb["id"])
+        lat = {"gvisor": [], "native": []}
+        del_ms = []
+        kind = {}
+        log_off = os.path.getsize(d.logf)
+        self.mark()
+        for i in range(a.gvisor_creates):
+            if over("creates", i):
+                break
+            for k in (("gvisor", "native") if i % 2 == 0 else ("native", "gvisor")):
+                sb, ms = c.create(bodies[k])
+                d.created.add(sb["id"])
+                if sb.get("runtime") != k:
+                    raise ApiError("asked for runtime %s, got %s" % (k, sb.get("runtime")))
+                kind[sb["id"]] = k
+                lat[k].append(ms)
+                _, dms = c.delete(sb["id"])
+                d.created.discard(sb["id"])
+                if k == "gvisor":
+                    del_ms.append(dms)
+        cpu = self.cpu()
+        self.record("gvisor_create", lat["gvisor"], cpu=cpu, template="host")
+        self.record("gvisor_create_native", lat["native"], cpu=cpu, template="host")
+        self.record("gvisor_delete", del_ms)
+        srv = {"gvisor": [], "native": []}
+        for e in log_events(d.logf, log_off, "sandbox.created"):
+            k = kind.get(e.get("id"))
+            try:
+                if k:
+                    srv[k].append(float(e["dur_ms"]))
+            except (KeyError, ValueError):
+                pass
+        if srv["gvisor"]:
+            self.record("gvisor_create_server", srv["gvisor"])
+        g, n = self.stats["gvisor_create"], self.stats["gvisor_create_native"]
+        if g.get("n") and n.get("n"):
+            self.gvisor["create_ratio_vs_native"] = {q: round(g[q] / n[q], 2) for q in ("p50", "p90", "p99")}
+        r = self.stats.get("runsc")
+        if g.get("n") and r and r.get("n"):
+            self.gvisor["create_ratio_vs_runsc_do"] = {q: round(g[q] / r[q], 2) for q in ("p50", "p90", "p99")}
+
+    def gvisor_memory(self, d, c, over):
+        """(2)-(5) on one gvisor sandbox running the Python server."""
+        a = self.a
+        G = self.gvisor
+        # (2) exec round trips of `true`, in a sandbox of their own: every
+        # exec a gvisor sandbox ever ran makes its later checkpoints bigger
+        # and slower, so that sandbox is suspended and restored once before
+        # and once after them (G["exec_growth"]), and then deleted.
+        sb, _ = c.create(dict(self.GV_BODY))
+        eid = sb["id"]
+        d.created.add(eid)
+        growth = {}
+
+        def cycle_once(when):
+            s, ms_s = self.gv_lifecycle(c, eid, "suspend")
+            ck = s.get("checkpoint")
+            if ck:
+                d.snapshots.add(ck)
+            img = self.gv_image_bytes(ck) if ck else (None, None)
+            _, ms_r = self.gv_lifecycle(c, eid, "restore")
+            growth[when] = {"suspend_ms": round(ms_s, 1), "restore_ms": round(ms_r, 1), "image_allocated_bytes": img[0]}
+            if ck:
+                st, _, _ = c.request("DELETE", "/v1/snapshots/%s" % ck)
+                if st in (200, 204, 404):
+                    d.snapshots.discard(ck)
+        try:
+            cycle_once("before")
+        except ApiError as e:
+            self.note("gvisor: suspend/restore of the fresh exec sandbox: %s" % str(e)[:300])
+        self.mark()
+        ex = []
+        for i in range(a.gvisor_execs):
+            if over("exec", i):
+                break
+            ex.append(c.exec_true(eid)[1])
+        self.record("gvisor_exec", ex, cpu=self.cpu())
+        if growth.get("before") and ex and not over("exec growth", 0):
+            try:
+                cycle_once("after")
+                G["exec_growth"] = dict(growth, execs=len(ex))
+                log("gvisor: suspend/restore before and after %d execs: %s" % (len(ex), json.dumps(growth)))
+            except ApiError as e:
+                self.note("gvisor: suspend/restore after %d execs: %s" % (len(ex), str(e)[:300]))
+        c.delete(eid)
+        d.created.discard(eid)
+        if over("server", 0):
+            return
+        # (3)-(5) on a fresh sandbox running the server.
+        sb, _ = c.create(dict(self.GV_BODY))
+        sid = sb["id"]
+        d.created.add(sid)
+        n0, pid0 = self.gv_start_server(c, sid)
+        G["server"] = "python3 -c <a counter held in memory, an open file, a socket on 127.0.0.1:7777>"
+        try:
+            js, _ = self.exec_ok(c, sid, ["sh", "-c", "grep -E '^Vm(RSS|Size)' /proc/%s/status" % pid0.split("=")[-1]])
+            G["server_status"] = " ".join(js["stdout"].split())
+            self.gv_execs[sid] = self.gv_execs.get(sid, 0) + 1
+        except (ApiError, KeyError):
+            pass
+        # (3) suspend / restore cycles.
+        log_off = os.path.getsize(d.logf)
+        sus, res, first_exec, imgs, ckpts, execs_before = [], [], [], [], [], []
+        ok = bad = 0
+        failures = []
+        self.mark()
+        expect, pid = n0, pid0
+        for i in range(a.gvisor_cycles):
+            if over("suspend/restore", i):
+                break
+            ck = None
+            try:
+                expect, pid = self.gv_ask(c, sid, "add 1")
+                execs_before.append(self.gv_execs.get(sid, 0))
+                s, ms_s = self.gv_lifecycle(c, sid, "suspend")
+                ck = s.get("checkpoint")
+                if s.get("state") != "suspended" or not ck:
+                    raise ApiError("suspend: state %s, checkpoint %s" % (s.get("state"), ck))
+                d.snapshots.add(ck)
+                ckpts.append(ck)
+                imgs.append(self.gv_image_bytes(ck))
+                s, ms_r = self.gv_lifecycle(c, sid, "restore")
+                if s.get("state") != "running":
+                    raise ApiError("restore: state %s" % s.get("state"))
+                sus.append(ms_s)
+                res.append(ms_r)
+                first_exec.append(c.exec_true(sid)[1])
+                self.gv_execs[sid] = self.gv_execs.get(sid, 0) + 1
+                n1, pid1 = self.gv_ask(c, sid, "add 1")
+                if (n1, pid1) == (expect + 1, pid):
+                    ok += 1
+                else:
+                    bad += 1
+                    failures.append("cycle %d: counter %d %s after restore, expected %d %s" % (i, n1, pid1, expect + 1, pid))
+                expect = n1
+            except (ApiError, OSError) as e:
+                bad += 1
+                failures.append("cycle %d: %s" % (i, str(e)[:400]))
+                self.note("gvisor: suspend/restore cycle %d failed: %s" % (i, str(e)[:400]))
+                # Bring the sandbox back (running, the server listening) and go on, up to 3 failures.
+                if bad >= 3 or not self.gv_recover(c, sid):
+                    break
+                try:
+                    expect, pid = self.gv_ask(c, sid, "get")
+                except ApiError as e2:
+                    self.note("gvisor: the server does not answer after recovery: %s" % str(e2)[:300])
+                    break
+            if ck:
+                # Not needed once restored: delete it (not timed; hutchd may keep it).
+                st, _, _ = c.request("DELETE", "/v1/snapshots/%s" % ck)
+                if st in (200, 204, 404):
+                    d.snapshots.discard(ck)
+        cpu = self.cpu()
+        verdict = {"continued": ok, "of": ok + bad}
+        if bad:
+            verdict["failed"] = True
+            self.note("gvisor: %d of %d suspend/restore cycles FAILED (suspend, restore, or the process did not continue): %s" % (
+                bad, ok + bad, "; ".join(failures)[:500]))
+        self.record("gvisor_suspend", sus, cpu=cpu, **verdict)
+        self.record("gvisor_restore", res, cpu=cpu, **verdict)
+        if first_exec:
+            self.record("gvisor_restore_first_exec", first_exec)
+        G["suspend_restore"] = dict(verdict, failures=failures,
+                                    execs_before_suspend=[execs_before[0], execs_before[-1]] if execs_before else None)
+        self.gvisor_raw["execs_before_suspend"] = execs_before
+        self.gvisor_raw["suspend_ms"], self.gvisor_raw["restore_ms"] = sus, res
+        ev = {e.get("id"): e for e in log_events(d.logf, log_off, "snapshot.checkpointed")}
+        self.gvisor_ckpt_rows("suspend", ckpts, imgs, ev)
+        # (4) full snapshots of the running sandbox (POST …/snapshots {"kind":"full"}).
+        log_off = os.path.getsize(d.logf)
+        full_ms, full_ids, full_imgs = [], [], []
+        for i in range(a.gvisor_full_snapshots):
+            if over("full snapshots", i):
+                break
+            st, js, ms = c.request("POST", "/v1/sandboxes/%s/snapshots" % sid, {"kind": "full"})
+            if isinstance(js, dict) and js.get("id"):
+                d.snapshots.add(js["id"])
+            if st != 201 or not isinstance(js, dict) or js.get("kind") != "full" or not js.get("memory"):
+                self.note("gvisor: full snapshot: %s %s" % (st, json.dumps(js)[:300]))
+                break
+            full_ms.append(ms)
+            full_ids.append(js["id"])
+            full_imgs.append(self.gv_image_bytes(js["id"]))
+        if full_ms:
+            try:
+                n2, pid2 = self.gv_ask(c, sid, "add 1")
+                if (n2, pid2) != (expect + 1, pid):
+                    self.note("gvisor: after full snapshots the counter is %d %s, expected %d %s" % (
+                        n2, pid2, expect + 1, pid))
+                expect = n2
+            except ApiError as e:
+                self.note("gvisor: the server did not answer after the full snapshots: %s" % e)
+            self.record("gvisor_full_snapshot", full_ms)
+            ev = {e.get("id"): e for e in log_events(d.logf, log_off, "snapshot.checkpointed")}
+            self.gvisor_ckpt_rows("full", full_ids, full_imgs, ev)
+            for s in full_ids:
+                st, _, _ = c.request("DELETE", "/v1/snapshots/%s" % s)
+                if st in (200, 204, 404):
+                    d.snapshots.discard(s)
+        # (5) fork of 4 copies of the running sandbox, until all run; the copies must answer.
+        self.gvisor_fork(d, c, sid, over)
+
+    def gv_recover(self, c, sid):
+        """After a failed cycle: the sandbox running again (restore or wake
+        as its state needs) and the server answering.  False if not."""
+        try:
+            st, js, _ = c.request("GET", "/v1/sandboxes/%s" % sid)
+            state = js.get("state") if st == 200 and isinstance(js, dict) else None
+            if state != "running":
+                self.gv_lifecycle(c, sid, "restore" if state == "suspended" else "wake")
+            try:
+                self.gv_ask(c, sid, "get")
+            except ApiError:
+                self.note("gvisor: the server's process was lost with the failed cycle: started again")
+                self.gv_start_server(c, sid)
+            return True
+        except (ApiError, OSError) as e:
+            self.note("gvisor: could not bring the sandbox back after a failed cycle: %s" % str(e)[:300])
+            return False
+
+    def gvisor_ckpt_rows(self, which, ids, imgs, ev):
+        """hutchd's snapshot.checkpointed dur_ms / memory_ms of the given
+        snapshots, and their memory images' sizes."""
+        dur, mem = [], []
+        for s in ids:
+            e = ev.get(s)
+            try:
+                dur.append(float(e["dur_ms"]))
+                mem.append(float(e["memory_ms"]))
+            except (TypeError, KeyError, ValueError):
+                pass
+        if dur:
+            self.record("gvisor_%s_checkpoint_server" % which, dur)
+            self.record("gvisor_%s_checkpoint_memory" % which, mem)
+        alloc = sorted(x[0] for x in imgs if x and x[0] is not None)
+        size = sorted(x[1] for x in imgs if x and x[1] is not None)
+        if alloc:
+            self.gvisor["image_%s" % which] = {
+                "n": len(alloc), "allocated_bytes_p50": int(pct(alloc, 50)), "allocated_bytes_min": alloc[0],
+                "allocated_bytes_max": alloc[-1], "apparent_bytes_p50": int(pct(size, 50)),
+                "how": "os.walk of POOL/checkpoints/<snap>: st_blocks × 512 (allocated) and st_size (apparent)"}
+            self.gvisor_raw.setdefault("image_bytes", {})[which] = [list(x) for x in imgs]
+            log("gvisor: %s memory image %s" % (which, json.dumps(self.gvisor["image_%s" % which])))
+
+    def gvisor_fork(self, d, c, sid, over):
+        a = self.a
+        n = self.GV_FORK_COUNT
+        cf = Client(d.sock, timeout=300)
+        fork_ms, del_ms, imgs = [], [], []
+        answered = copies = 0
+        try:
+            for j in range(a.gvisor_forks):
+                if over("forks", j):
+                    break
+                try:
+                    base, _ = self.gv_ask(c, sid, "add 1")
+                except ApiError as e:
+                    self.note("gvisor: the parent's server did not answer before fork %d: %s" % (j, e))
+                    break
+                st, js, ms = cf.request("POST", "/v1/sandboxes/%s/fork?wait=true" % sid, {"count": n})
+                ids = [x.get("id") for x in (js or {}).get("sandboxes", []) if x.get("id")] if isinstance(js, dict) else []
+                d.created.update(ids)
+                snap = js.get("snapshot") if isinstance(js, dict) else None
+                if snap:
+                    d.snapshots.add(snap)
+                    imgs.append(self.gv_image_bytes(snap))
+                running = sum(1 for x in js.get("sandboxes", []) if x.get("state") == "running") if isinstance(js, dict) else 0
+                if st != 201 or running != n:
+                    self.note("gvisor: fork: %s, %d/%d copies running: %s" % (st, running, n, json.dumps(js)[:300]))
+                    break
+                fork_ms.append(ms)
+                # Each copy continues the parent's process: it answers with the parent's counter.
+                for k, x in enumerate(ids):
+                    copies += 1
+                    try:
+                        v, _ = self.gv_ask(c, x, "add %d" % (k + 1))
+                        if v == base + k + 1:
+                            answered += 1
+                        else:
+                            self.note("gvisor: fork copy %s answered %d, expected %d" % (x, v, base + k + 1))
+                    except ApiError as e:
+                        self.note("gvisor: fork copy %s did not answer: %s" % (x, e))
+                for x in ids:
+                    _, dms = c.delete(x)
+                    d.created.discard(x)
+                    del_ms.append(dms)
+                st, _, _ = c.request("DELETE", "/v1/snapshots/%s" % snap)
+                if st in (200, 204, 404):
+                    d.snapshots.discard(snap)
+        finally:
+            cf.close()
+        if fork_ms:
+            extra = {"count": n, "copies_answered": answered, "copies": copies}
+            if answered != copies:
+                extra["failed"] = True
+            self.record("gvisor_fork", fork_ms, **extra)
+            self.record("gvisor_fork_per_copy", [x / n for x in fork_ms], count=n)
+            self.record("gvisor_fork_delete", del_ms)
+            self.gvisor["fork"] = {"count": n, "copies_answered": answered, "copies": copies}
+            alloc = sorted(x[0] for x in imgs if x and x[0] is not None)
+            if alloc:
+                self.gvisor["fork"]["image_allocated_bytes_p50"] = int(pct(alloc, 50))
+
     def snapshot_binaries(self):
         """Run private copies of the binaries: a `make` elsewhere during the
         run (others work in this tree) must not swap them mid-measurement."""
@@ -1573,6 +2060,8 @@ class Bench:
                 self.run_pool()
             if "storage" in self.a.only and self.budget.ok(self.a.reserve_s):
                 self.run_storage()
+            if "gvisor" in self.a.only and self.budget.ok(self.a.reserve_s):
+                self.run_gvisor()
         finally:
             for d in self.daemons:
                 try:
@@ -1629,6 +2118,8 @@ def evaluate_targets(b):
             v = (b.stats.get(name) or {}).get(field)
         if v is None:
             verdict = "n/a"
+        elif (b.stats.get(name) or {}).get("failed"):
+            verdict = "failed"  # measured, but the row's check failed (e.g. the process did not continue)
         else:
             verdict = "met" if (v <= bound if op == "<=" else v >= bound) else "missed"
         out.append({"target": key, "what": desc, "bound": "%s %s %s" % (op, bound, unit), "value": v, "unit": unit,
@@ -1706,6 +2197,26 @@ def table(b, targets, rat):
             ("  per copy (fork wall / count)", "storage_fork_per_copy", ""),
             ("  delete a fork copy", "storage_fork_delete", ""),
         ]
+    if any(k.startswith("gvisor_") for k in b.stats):
+        rows += [
+            ("gvisor (runsc, ptrace; its own hutchd):", None, ""),
+            ("create, runtime gvisor, template host", "gvisor_create", "interleaved with the next row; deleted after each"),
+            ("create, runtime native, template host", "gvisor_create_native", "the same hutchd"),
+            ("  hutchd's view, gvisor (created dur_ms)", "gvisor_create_server", ""),
+            ("  delete, gvisor", "gvisor_delete", ""),
+            ("exec `true` in a gvisor sandbox, keep-alive", "gvisor_exec", ""),
+            ("suspend, gvisor, idle Python process", "gvisor_suspend", "memory checkpoint + file snapshot"),
+            ("restore, gvisor, idle Python process", "gvisor_restore", "until running"),
+            ("  then the first exec `true`", "gvisor_restore_first_exec", ""),
+            ("  suspend: checkpointed dur_ms (log)", "gvisor_suspend_checkpoint_server", ""),
+            ("  of which memory (memory_ms)", "gvisor_suspend_checkpoint_memory", ""),
+            ("full snapshot of the running sandbox", "gvisor_full_snapshot", 'POST …/snapshots {"kind":"full"}'),
+            ("  checkpointed dur_ms (log)", "gvisor_full_checkpoint_server", ""),
+            ("  of which memory (memory_ms)", "gvisor_full_checkpoint_memory", ""),
+            ("fork ×4 of the running gvisor sandbox", "gvisor_fork", "POST …/fork?wait=true, until all run"),
+            ("  per copy (fork wall / 4)", "gvisor_fork_per_copy", ""),
+            ("  delete a fork copy", "gvisor_fork_delete", ""),
+        ]
     for i, (label, key, note) in enumerate(rows):
         if key is None:
             # a heading: only when a row under it has data
@@ -1726,6 +2237,12 @@ def table(b, targets, rat):
             extra.append("pause %s ms between creates" % s["pace_ms"])
         if "per_s" in s:
             extra.append("%s/s" % s["per_s"])
+        if "continued" in s:
+            extra.append("process continued %d/%d" % (s["continued"], s["of"]))
+        if "copies_answered" in s:
+            extra.append("copies answered %d/%d" % (s["copies_answered"], s["copies"]))
+        if s.get("failed"):
+            extra.append("FAILED")
         if s.get("cpu_ms_per_cycle"):
             extra.append("%.1f ms CPU per cycle → ~%s/s on an idle %d-core host" % (
                 s["cpu_ms_per_cycle"], s["quiet_machine_estimate_per_s"], b.machine["nproc"]))
@@ -1783,7 +2300,47 @@ def table(b, targets, rat):
                 L.append("  export, full: %d bytes = %.3f × the %s MiB root (send stream %s bytes), %.0f ms" % (
                     ex["full_bytes"], ex["full_vs_root"], st.get("template_mib"), ex.get("full_send_bytes", "?"), ex["full_ms"]))
         L.append("")
-    L.append("targets (issue 3; storage):")
+    gv = getattr(b, "gvisor", None) or {}
+    if gv and not gv.get("skipped"):
+        L.append("gvisor: %s; capabilities %s" % (gv.get("runsc") or "runsc", json.dumps(gv.get("capabilities"))))
+        cr = gv.get("create_ratio_vs_native")
+        if cr:
+            L.append("  create gvisor / native:  p50 %.2f  p90 %.2f  p99 %.2f" % (cr["p50"], cr["p90"], cr["p99"]))
+        cr = gv.get("create_ratio_vs_runsc_do")
+        if cr:
+            L.append("  create gvisor / runsc do /bin/true (the api section's baseline):  p50 %.2f  p90 %.2f  p99 %.2f" % (
+                cr["p50"], cr["p90"], cr["p99"]))
+        elif "runsc" not in b.stats:
+            L.append("  (the `runsc do /bin/true` baseline is the api section's row; not run in this invocation)")
+        eg = gv.get("exec_growth")
+        if eg:
+            b0, b1 = eg["before"], eg["after"]
+            L.append("  exec sandbox suspend / restore: fresh %.0f / %.0f ms (image %.2f MiB); after %d execs %.0f / %.0f ms"
+                     " (image %.2f MiB): +%.1f / +%.1f ms, +%.1f KiB per exec" % (
+                         b0["suspend_ms"], b0["restore_ms"], (b0["image_allocated_bytes"] or 0) / 1048576.0, eg["execs"],
+                         b1["suspend_ms"], b1["restore_ms"], (b1["image_allocated_bytes"] or 0) / 1048576.0,
+                         (b1["suspend_ms"] - b0["suspend_ms"]) / eg["execs"], (b1["restore_ms"] - b0["restore_ms"]) / eg["execs"],
+                         ((b1["image_allocated_bytes"] or 0) - (b0["image_allocated_bytes"] or 0)) / 1024.0 / eg["execs"]))
+        sr = gv.get("suspend_restore")
+        if sr and sr.get("execs_before_suspend"):
+            L.append("  the measured sandbox had run %d execs before its first suspend, %d before its last" % tuple(
+                sr["execs_before_suspend"]))
+        if gv.get("server_status"):
+            L.append("  the idle Python server inside: %s" % gv["server_status"])
+        for which, what in (("suspend", "suspend checkpoints"), ("full", "full snapshots")):
+            im = gv.get("image_" + which)
+            if im:
+                L.append("  memory image, %s (n=%d): %.1f MiB allocated p50 (%.1f–%.1f), %.1f MiB apparent" % (
+                    what, im["n"], im["allocated_bytes_p50"] / 1048576.0, im["allocated_bytes_min"] / 1048576.0,
+                    im["allocated_bytes_max"] / 1048576.0, im["apparent_bytes_p50"] / 1048576.0))
+        fk = gv.get("fork")
+        if fk and fk.get("image_allocated_bytes_p50"):
+            L.append("  memory image, fork snapshots: %.1f MiB allocated p50" % (fk["image_allocated_bytes_p50"] / 1048576.0))
+        sr = gv.get("suspend_restore")
+        if sr and sr.get("failures"):
+            L.append("  suspend/restore FAILED: %s" % "; ".join(sr["failures"])[:400])
+        L.append("")
+    L.append("targets (issue 3; storage; gvisor):")
     for t in targets:
         L.append("  %-7s %-62s %-12s %s" % (t["result"], t["what"], t["bound"],
                                            fmt(t["value"]) + (" " + t["unit"] if t["value"] is not None else "")))
@@ -1805,7 +2362,11 @@ def plot(b, out_png):
               ("bwrap /bin/true", "bwrap"), ("runsc do /bin/true", "runsc"),
               ("create, busybox template (storage)", "storage_create_tiny"),
               ("create, 1 GiB template (storage)", "storage_create_big"),
-              ("snapshot after a 1 MiB change", "storage_snapshot")]
+              ("snapshot after a 1 MiB change", "storage_snapshot"),
+              ("create, gvisor (gvisor section)", "gvisor_create"),
+              ("exec true, gvisor", "gvisor_exec"),
+              ("restore, gvisor (idle Python)", "gvisor_restore"),
+              ("fork ×4, gvisor", "gvisor_fork")]
     series = [(t, k) for t, k in series if b.samples.get(k)]
     if not series or not shutil.which("gnuplot"):
         return False
@@ -1859,7 +2420,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5, help="untimed create+exec+delete before measuring (default 5)")
     ap.add_argument("--settle-s", type=float, default=1.0, help="pause before a density measurement (default 1)")
     ap.add_argument("--only", default=",".join(SECTIONS),
-                    help="comma-separated sections to run: api (no pool), pool, storage (default: all)")
+                    help="comma-separated sections to run: api (no pool), pool, storage, gvisor (default: all)")
     ap.add_argument("--storage-mib", type=int, default=1024, help="size of the big template's random file (default 1024)")
     ap.add_argument("--storage-creates", type=int, default=50,
                     help="creates from each of the big and the busybox template (default 50)")
@@ -1867,6 +2428,13 @@ def main():
     ap.add_argument("--storage-forks", type=int, default=3, help="fork calls (default 3)")
     ap.add_argument("--fork-count", type=int, default=10, help="copies per fork call (default 10)")
     ap.add_argument("--storage-seed", type=int, default=1, help="seed of the random change offsets (default 1)")
+    ap.add_argument("--gvisor-creates", type=int, default=20,
+                    help="creates of each runtime, gvisor and native, interleaved (default 20)")
+    ap.add_argument("--gvisor-execs", type=int, default=200, help="exec round trips in a gvisor sandbox (default 200)")
+    ap.add_argument("--gvisor-cycles", type=int, default=10, help="suspend+restore cycles (default 10)")
+    ap.add_argument("--gvisor-full-snapshots", type=int, default=3,
+                    help="full snapshots (memory + files) of the running sandbox (default 3)")
+    ap.add_argument("--gvisor-forks", type=int, default=3, help="fork ×4 calls (default 3)")
     ap.add_argument("--max-seconds", type=float, default=900, help="hard bound on the whole run (default 900)")
     ap.add_argument("--reserve-s", type=float, default=60, help="part of the bound kept for cleanup (default 60)")
     ap.add_argument("--results-dir", default=RESULTS, help="where JSON and PNG go (default bench/results)")
@@ -1877,6 +2445,8 @@ def main():
         a.n_cycles, a.n_bwrap, a.n_runsc, a.density = min(a.n_cycles, 24), min(a.n_bwrap, 20), min(a.n_runsc, 3), "5,20"
         a.pool, a.warmup, a.settle_s, a.n_probe = min(a.pool, 4), 2, 0.3, min(a.n_probe, 10)
         a.storage_creates, a.storage_snapshots, a.storage_forks = min(a.storage_creates, 10), min(a.storage_snapshots, 5), 1
+        a.gvisor_creates, a.gvisor_execs, a.gvisor_cycles = min(a.gvisor_creates, 5), min(a.gvisor_execs, 20), min(a.gvisor_cycles, 3)
+        a.gvisor_full_snapshots, a.gvisor_forks = min(a.gvisor_full_snapshots, 1), min(a.gvisor_forks, 1)
         a.max_seconds = min(a.max_seconds, 180)
         a.reserve_s = min(a.reserve_s, 30)
     a.density = [int(x) for x in str(a.density).split(",") if x.strip()]
@@ -1929,6 +2499,7 @@ def main():
         "latency_ms": b.stats,
         "density": b.density,
         "storage": b.storage,
+        "gvisor": b.gvisor,
         "ratios": rat,
         "qemu": "n/a (no vm runtime yet)",
         "targets": targets,
@@ -1939,7 +2510,7 @@ def main():
     latest = os.path.join(a.results_dir, "latest.json")
     with open(os.path.join(a.results_dir, stamp + ".json"), "w") as f:
         json.dump(dict(doc, samples_ms={k: [round(x, 3) for x in v] for k, v in b.samples.items()},
-                       storage_raw=b.storage_raw), f)
+                       storage_raw=b.storage_raw, gvisor_raw=b.gvisor_raw), f)
     with open(latest, "w") as f:
         json.dump(doc, f, indent=1, sort_keys=False)
         f.write("\n")

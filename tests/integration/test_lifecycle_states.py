@@ -507,8 +507,10 @@ def test_delete_of_a_paused_sandbox_leaks_nothing(api, hutchd, leaks):
     t0 = time.monotonic()
     api.delete_ok(sid)
     assert time.monotonic() - t0 < 30
-    assert not hostutil.proc_alive(sb["host"]["init_pid"])
-    assert not hostutil.proc_alive(sb["host"]["shim_pid"])
+    for what in ("init_pid", "shim_pid"):
+        pid = sb["host"][what]
+        assert not hostutil.proc_alive(pid), "%s %d still alive after delete: state %r, cmdline %r" % (
+            what, pid, hostutil.proc_state(pid), hostutil.proc_cmdline(pid))
     leaks.assert_same(before, hutchd)
 
 

@@ -178,21 +178,27 @@ static int runtime_down(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutc
   bool maybe_frozen = strcmp(r->state, "running") && strcmp(r->state, "creating") && strcmp(r->state, "accepted") &&
                       strcmp(r->state, "starting") && strcmp(r->state, "restoring") && strcmp(r->state, "pool");
   if (maybe_frozen && hutch_cgroup_exists(ctx->instance, r->id)) hutch_cgroup_freeze(ctx->instance, r->id, false, &e);
+  /* A pidfd of the shim, taken while it is surely ours (no pid-reuse race),
+   * so that we can wait until it is gone: a caller told "deleted" must not
+   * find the shim still exiting. */
+  int pfd = -1;
+  if (hutch_is_shim_of((pid_t)r->shim_pid, r->id)) {
+    pfd = (int)syscall(SYS_pidfd_open, (pid_t)r->shim_pid, 0);
+    if (pfd >= 0 && !hutch_is_shim_of((pid_t)r->shim_pid, r->id)) {
+      close(pfd);
+      pfd = -1;
+    }
+  }
   if (access(sock, F_OK) == 0 && hutch_shim_shutdown(sock, &e) < 0)
     hutch_log(LOG_WARN, "shim.shutdown_failed", "id", r->id, "reason", e.msg, NULL);
-  if (hutch_is_shim_of((pid_t)r->shim_pid, r->id)) {
-    /* Through a pidfd (no pid-reuse race), and wait until it is gone: a
-     * caller told "deleted" must not find the shim still dying. */
-    int pfd = (int)syscall(SYS_pidfd_open, (pid_t)r->shim_pid, 0);
-    if (pfd >= 0 && hutch_is_shim_of((pid_t)r->shim_pid, r->id)) {
-      syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
-      struct pollfd p = {.fd = pfd, .events = POLLIN};
-      while (poll(&p, 1, 5000) < 0 && errno == EINTR) {
-      }
-    } else if (pfd < 0) {
-      kill((pid_t)r->shim_pid, SIGKILL);
+  if (pfd >= 0) {
+    syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+    struct pollfd p = {.fd = pfd, .events = POLLIN};
+    while (poll(&p, 1, 5000) < 0 && errno == EINTR) {
     }
-    if (pfd >= 0) close(pfd);
+    close(pfd);
+  } else if (hutch_is_shim_of((pid_t)r->shim_pid, r->id)) {
+    kill((pid_t)r->shim_pid, SIGKILL);
   }
   /* The cgroup holds every process of the sandbox, whatever the shim did. */
   if (hutch_cgroup_destroy(ctx->instance, r->id, err) < 0) return hutch_err_wrap(err, "release cgroup");
