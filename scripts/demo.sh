@@ -35,7 +35,22 @@ echo "\$ python3 -c 'print(6*7)'"
 $HUTCH --socket "$SOCK" exec "$ID" -- python3 -c 'print(6*7)'
 echo "\$ uname -a"
 $HUTCH --socket "$SOCK" exec "$ID" -- uname -a
+echo "\$ echo v1 > /root/note; hutch snapshot create; hutch fork --count 2"
+$HUTCH --socket "$SOCK" exec "$ID" -- sh -c 'echo v1 > /root/note'
+SNAP=$($HUTCH --socket "$SOCK" snapshot create "$ID")
+KIDS=$($HUTCH --socket "$SOCK" fork --count 2 "$ID")
+for K in $KIDS; do
+  echo "demo: copy $K reads: $($HUTCH --socket "$SOCK" exec "$K" -- cat /root/note)"
+  $HUTCH --socket "$SOCK" rm "$K" >/dev/null
+done
 $HUTCH --socket "$SOCK" rm "$ID" >/dev/null
+$HUTCH --socket "$SOCK" snapshot delete "$SNAP" >/dev/null
 trap - EXIT
 echo "demo: sandbox $ID deleted"
+if $HUTCH --socket "$SOCK" --json health 2>/dev/null | grep -q '"gvisor":{"available":true'; then
+  G=$($HUTCH --socket "$SOCK" create --runtime gvisor --template host)
+  echo "\$ uname -a   # in a gvisor sandbox ($G)"
+  $HUTCH --socket "$SOCK" exec "$G" -- uname -a
+  $HUTCH --socket "$SOCK" rm "$G" >/dev/null
+fi
 echo "demo: hutchd keeps running; stop it with: pkill -TERM -x hutchd"
