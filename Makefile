@@ -107,6 +107,13 @@ fuzz_archive_LIBS := $(shell pkg-config --libs libzstd jansson libcrypto)
 FUZZ_TARGETS += fuzz_tar
 fuzz_tar_SRCS := src/lib/store/tarx.c src/lib/common/hash.c
 fuzz_tar_LIBS := $(shell pkg-config --libs zlib libzstd jansson libcrypto)
+FUZZ_TARGETS += fuzz_sni
+fuzz_sni_SRCS := src/lib/net/sni.c src/lib/net/addr.c
+fuzz_sni_ARGS := -max_len=20000
+FUZZ_TARGETS += fuzz_http
+fuzz_http_SRCS := src/lib/net/http.c src/lib/net/addr.c src/lib/net/policy.c
+fuzz_http_LIBS := $(shell pkg-config --libs jansson)
+fuzz_http_ARGS := -max_len=20000
 fuzz:
 	@if ! command -v clang >/dev/null; then echo "fuzz: clang not installed, skipped"; exit 0; fi; \
 	mkdir -p $(BUILD)/fuzz && set -e && \

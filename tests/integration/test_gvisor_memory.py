@@ -60,6 +60,26 @@ def gsb(make_sandbox):
     return make_sandbox(runtime="gvisor", template="host", resources={"memory_mib": 1024})
 
 
+# runsc 20221219 (Debian's) on the ptrace platform sometimes loses its
+# Sentry during `runsc checkpoint` ("urpc method containerManager.Checkpoint
+# failed: EOF"; about 1 in 10, not seen with --debug).  hutch reports it as
+# a failed operation (docs/lifecycle.md).  A scenario that hits it is run
+# again on a fresh sandbox, at most twice more; any other failure fails.
+RUNSC_FLAKE = 'containerManager.Checkpoint\\" failed: EOF'
+
+
+def with_retries(make_sandbox, scenario, **fields):
+    fields = dict(dict(runtime="gvisor", template="host", resources={"memory_mib": 1024}), **fields)
+    for attempt in range(3):
+        sb = make_sandbox(**fields)
+        try:
+            return scenario(sb)
+        except AssertionError as e:
+            if RUNSC_FLAKE not in str(e) and "containerManager.Checkpoint" not in str(e) or attempt == 2:
+                raise
+            print("runsc checkpoint flake (attempt %d): retrying on a fresh sandbox" % (attempt + 1))
+
+
 def test_capabilities_say_what_each_runtime_keeps(api, gsb, make_sandbox):
     r = api.request("GET", "/v1/runtimes")
     assert r.status == 200, r
@@ -71,7 +91,11 @@ def test_capabilities_say_what_each_runtime_keeps(api, gsb, make_sandbox):
     assert nat["capabilities"]["memory_checkpoint"] is False
 
 
-def test_suspend_restore_keeps_running_processes(api, gsb):
+def test_suspend_restore_keeps_running_processes(api, make_sandbox):
+    with_retries(make_sandbox, lambda sb: _suspend_restore(api, sb))
+
+
+def _suspend_restore(api, gsb):
     sid = gsb["id"]
     start_server(api, sid)
     n, pid = ask(api, sid, "add 5")
@@ -98,7 +122,11 @@ def test_native_suspend_keeps_files_only(api, make_sandbox):
     assert api.exec_ok(sb["id"], cmd="cat /root/f")["stdout"] == "kept\n"
 
 
-def test_fork_with_memory_diverges(api, gsb):
+def test_fork_with_memory_diverges(api, make_sandbox):
+    with_retries(make_sandbox, lambda sb: _fork(api, sb))
+
+
+def _fork(api, gsb):
     sid = gsb["id"]
     start_server(api, sid)
     ask(api, sid, "add 10")
@@ -116,7 +144,11 @@ def test_fork_with_memory_diverges(api, gsb):
         api.delete(b)
 
 
-def test_full_snapshot_and_rollback_restore_processes(api, gsb):
+def test_full_snapshot_and_rollback_restore_processes(api, make_sandbox):
+    with_retries(make_sandbox, lambda sb: _full_and_rollback(api, sb))
+
+
+def _full_and_rollback(api, gsb):
     sid = gsb["id"]
     start_server(api, sid)
     ask(api, sid, "add 3")
@@ -142,7 +174,10 @@ def test_full_snapshot_refused_on_native(api, make_sandbox):
 
 
 def test_full_snapshots_have_their_own_retention_tier(api, make_sandbox):
-    sb = make_sandbox(runtime="gvisor", template="busybox", snapshots={"keep_full": 2})
+    with_retries(make_sandbox, lambda sb: _retention(api, sb), template="busybox", snapshots={"keep_full": 2})
+
+
+def _retention(api, sb):
     sid = sb["id"]
     ids = []
     for i in range(3):

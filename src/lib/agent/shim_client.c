@@ -38,7 +38,13 @@ int hutch_shim_launch(const struct hutch_shim_launch *l, pid_t *shim_pid, pid_t 
   const char *fault = getenv("HUTCH_FAULT");
   char fault_env[256];
   snprintf(fault_env, sizeof fault_env, "HUTCH_FAULT=%s", fault ? fault : "");
-  char *const envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", fault ? fault_env : NULL, NULL};
+  const char *dbg = getenv("HUTCH_RUNSC_DEBUG");
+  char dbg_env[64];
+  snprintf(dbg_env, sizeof dbg_env, "HUTCH_RUNSC_DEBUG=%s", dbg ? dbg : "");
+  char *envp[4] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL, NULL, NULL};
+  size_t ne = 1;
+  if (fault) envp[ne++] = fault_env;
+  if (dbg) envp[ne++] = dbg_env;
   /* posix_spawn (vfork + exec) is far cheaper than forking hutchd twice.
    * The shim gets its own session; hutchd ignores SIGCHLD (main.c) so the
    * kernel reaps a shim that exits while hutchd lives, and a shim outlives

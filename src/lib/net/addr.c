@@ -67,15 +67,15 @@ void hutch_ip_to_text(const struct hutch_ip *ip, char out[HUTCH_IP_TEXT_MAX]) {
 }
 
 int hutch_ip_from_bytes(int family, const void *bytes, struct hutch_ip *ip) {
-  memset(ip, 0, sizeof *ip);
+  struct hutch_ip t = {.family = family}; /* bytes may point into *ip */
   if (family == AF_INET)
-    memcpy(ip->b, bytes, 4);
+    memcpy(t.b, bytes, 4);
   else if (family == AF_INET6)
-    memcpy(ip->b, bytes, 16);
+    memcpy(t.b, bytes, 16);
   else
-    return -1;
-  ip->family = family;
-  return 0;
+    t.family = 0;
+  *ip = t;
+  return t.family ? 0 : -1;
 }
 
 int hutch_ip_from_sockaddr(const struct sockaddr *sa, socklen_t len, struct hutch_ip *ip, uint16_t *port) {

@@ -311,9 +311,8 @@ enum hutch_http_result hutch_http_parse(const char *buf, size_t len, struct hutc
     if (req->n_fields == HUTCH_HTTP_FIELDS_MAX) BAD("too many header fields");
     req->fields[req->n_fields++] = (struct hutch_http_field){p, v, nl, vl};
 
-    if (underscore_alias(p, nl, "host") || underscore_alias(p, nl, "content-length") ||
-        underscore_alias(p, nl, "transfer-encoding"))
-      BAD("header name with `_` for `-` (Host, Content-Length or Transfer-Encoding look-alike)");
+    if (underscore_alias(p, nl, "content-length") || underscore_alias(p, nl, "transfer-encoding"))
+      BAD("header name with `_` for `-` (a Content-Length or Transfer-Encoding look-alike)");
     if (ieq(p, nl, "host")) {
       if (req->has_host_header) BAD("duplicate Host header");
       req->has_host_header = true;

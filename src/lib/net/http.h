@@ -28,9 +28,9 @@
  *     (hutch_http_names_agree);
  *   - framing: Content-Length one header of digits only (no lists);
  *     Transfer-Encoding one header that is exactly "chunked", and not with
- *     HTTP/1.0; never both; header names that differ from Host,
- *     Content-Length or Transfer-Encoding only by '_' for '-' are refused
- *     (CGI-style servers merge them). */
+ *     HTTP/1.0; never both; header names that differ from Content-Length
+ *     or Transfer-Encoding only by '_' for '-' are refused (CGI-style
+ *     servers merge them). */
 #ifndef HUTCH_NET_HTTP_H
 #define HUTCH_NET_HTTP_H
 

@@ -131,9 +131,7 @@ int hutch_rule_parse(const char *s, size_t n, const char *where, struct hutch_ru
     /* ::ffff:a.b.c.d/n is the IPv4 network a.b.c.d/(n-96): one form to match. */
     static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     if (net.family == AF_INET6 && prefix >= 96 && !memcmp(net.b, mapped, 12)) {
-      uint8_t v4[4];
-      memcpy(v4, net.b + 12, 4);
-      hutch_ip_from_bytes(AF_INET, v4, &net);
+      hutch_ip_from_bytes(AF_INET, net.b + 12, &net);
       prefix -= 96;
     }
     out->kind = HUTCH_RULE_CIDR;

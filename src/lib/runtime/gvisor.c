@@ -57,6 +57,7 @@
 struct runsc_cmd {
   const char *argv[GV_ARGV_MAX];
   int n;
+  char debug_log[4200];
 };
 
 static const char *runsc_bin(const struct hutch_sandbox_spec *spec) {
@@ -86,6 +87,14 @@ static void rs_init(struct runsc_cmd *c, const struct hutch_sandbox_spec *spec) 
   rs_add(c, "--host-uds");
   rs_add(c, "none");
   rs_add(c, "--ignore-cgroups");
+  /* HUTCH_RUNSC_DEBUG=1 in the environment of hutchd: runsc's debug logs,
+   * one file per runsc command, in /tmp/hutch-runsc-debug/ (kept after the sandbox). */
+  const char *dbg = getenv("HUTCH_RUNSC_DEBUG");
+  if (dbg && !strcmp(dbg, "1")) {
+    snprintf(c->debug_log, sizeof c->debug_log, "--debug-log=/tmp/hutch-runsc-debug/%s.%%TIMESTAMP%%.%%COMMAND%%.log", spec->id);
+    rs_add(c, "--debug");
+    rs_add(c, c->debug_log);
+  }
 }
 
 static int check_paths(const struct hutch_sandbox_spec *spec, hutch_err *err) {
