@@ -91,7 +91,7 @@ static void u24(struct w *w, unsigned v) {
   u16(w, v);
 }
 static void raw(struct w *w, const void *d, size_t n) {
-  memcpy(w->p + w->n, d, n);
+  if (n) memcpy(w->p + w->n, d, n);
   w->n += n;
 }
 
