@@ -8,7 +8,7 @@
 
 BUILD ?= build
 CC ?= cc
-PKGS := libmicrohttpd jansson sqlite3 libseccomp libcap libcurl libcrypto libzstd zlib libbtrfsutil
+PKGS := libmicrohttpd jansson sqlite3 libseccomp libcap libcurl libcrypto libzstd zlib libbtrfsutil libnftables libmnl
 
 WARN := -Wall -Wextra -Werror=implicit-function-declaration -Werror=format-security \
         -Wshadow -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral -Wstrict-prototypes \

@@ -15,6 +15,8 @@ PKGS=(
   btrfs-progs libbtrfsutil-dev         # storage pool: mkfs.btrfs once, subvolume ioctls, send/receive
   libzstd-dev zlib1g-dev               # snapshot export streams; OCI layers (gzip, zstd)
   busybox-static debootstrap           # the `busybox` and `debian` templates
+  nftables libnftables-dev libmnl-dev  # egress: one nftables ruleset, veth pairs over rtnetlink
+  openssl curl dnsutils                # the egress tests' own network: test CA, clients, dig
   python3 python3-pytest               # integration tests
   iproute2 procps util-linux           # ip, ps, unshare: used by tests
   ca-certificates                      # CA bundle copied into the `host` template
