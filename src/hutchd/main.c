@@ -35,6 +35,10 @@ static void usage(FILE *f) {
           "                      space, at most 1T); a larger size grows an existing image\n"
           "  --storage-quota Q   per-sandbox disk limits: auto|on|off (default auto: on for hutchd's image)\n"
           "  --max-fork N        most sandboxes one fork call makes (default 100)\n"
+          "  --egress            run hutch-gateway: sandboxes whose network.egress allows it get a way\n"
+          "                      out through it only (docs/network.md); one hutchd per host\n"
+          "  --gateway-dns IP:PORT  the resolver the gateway uses (default: the host's first)\n"
+          "  --gateway-upstream-ca FILE  CA bundle for upstream TLS (default: the host's)\n"
           "  --runsc PATH        the gvisor runtime's runsc (default: runsc from PATH)\n"
           "  --runsc-platform P  ptrace|kvm|systrap (default ptrace; kvm is faster where runsc's kvm works)\n"
           "  --log-level LEVEL   debug|info|warn|error (default info)\n"
@@ -66,6 +70,8 @@ int main(int argc, char **argv) {
       {"storage", required_argument, NULL, 'S'},   {"storage-size", required_argument, NULL, 'Z'},
       {"storage-quota", required_argument, NULL, 'Q'}, {"max-fork", required_argument, NULL, 'K'},
       {"runsc", required_argument, NULL, 'R'},      {"runsc-platform", required_argument, NULL, 'G'},
+      {"egress", no_argument, NULL, 'E'},           {"gateway-dns", required_argument, NULL, 'D'},
+      {"gateway-upstream-ca", required_argument, NULL, 'C'},
       {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
   };
   int o;
@@ -132,6 +138,9 @@ int main(int argc, char **argv) {
         ctx.cfg.storage_size = v << shift;
         break;
       }
+      case 'E': ctx.cfg.egress = true; break;
+      case 'D': free(ctx.cfg.gateway_dns), ctx.cfg.gateway_dns = xstrdup(optarg); break;
+      case 'C': free(ctx.cfg.gateway_upstream_ca), ctx.cfg.gateway_upstream_ca = xstrdup(optarg); break;
       case 'R': free(ctx.cfg.runsc_path), ctx.cfg.runsc_path = xstrdup(optarg); break;
       case 'G':
         if (strcmp(optarg, "ptrace") && strcmp(optarg, "kvm") && strcmp(optarg, "systrap"))

@@ -146,6 +146,9 @@ void hutch_h_template_create(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_template_delete(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_storage(struct hutch_req *req, struct hutch_resp *resp);
 void hutch_h_runtimes(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_network_get(struct hutch_req *req, struct hutch_resp *resp); /* api/network.c */
+void hutch_h_network_put(struct hutch_req *req, struct hutch_resp *resp);
+void hutch_h_egress_log(struct hutch_req *req, struct hutch_resp *resp);
 /* Called by http.c after each request, for GET /metrics (api/metrics.c). */
 void hutch_metrics_observe_request(const char *method, const char *route, int status, double seconds);
 

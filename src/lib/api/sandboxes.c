@@ -4,6 +4,7 @@
 #include "api/api.h"
 #include "api/json.h"
 #include "api/resources.h"
+#include "lifecycle/egress.h"
 #include "lifecycle/ops.h"
 #include "lifecycle/snapshots.h"
 #include "runtime/runtime.h"
@@ -43,6 +44,8 @@ json_t *hutch_sandbox_json(struct hutch_ctx *ctx, const struct hutch_sandbox_rec
                         r->error ? json_string(r->error) : json_null(), "host", host, "from_pool",
                         !strcmp(r->origin, "pool"));
   json_object_set(o, "from_snapshot", json_object_get(req, "from_snapshot") ?: json_null());
+  json_t *netw = json_object_get(req, "network");
+  json_object_set_new(o, "network", json_is_object(netw) ? json_incref(netw) : json_pack("{s:s}", "egress", "none"));
   /* What its runtime can do (docs/api.md): e.g. whether suspend keeps memory. */
   const struct hutch_runtime_ops *rt = hutch_runtime_get(r->runtime);
   if (rt)
@@ -93,14 +96,16 @@ static int parse_create(struct hutch_ctx *ctx, json_t *body, struct hutch_create
     return hutch_err_invalid(err, "field `on_timeout`: expected \"delete\" or \"suspend\"");
   cr->on_timeout = on_timeout;
   json_t *net = json_object_get(body, "network");
-  if (net && !json_is_null(net)) {
-    static const char *const net_fields[] = {"egress", NULL};
-    if (!json_is_object(net)) return hutch_err_invalid(err, "field `network`: expected an object");
-    if (hutch_json_only(net, "network", net_fields, err) < 0) return -1;
-    json_t *eg = json_object_get(net, "egress");
-    if (eg && !(json_is_string(eg) && !strcmp(json_string_value(eg), "none")))
-      return hutch_err_invalid(err, "field `network.egress`: only \"none\" is supported until the egress gateway "
-                                    "exists (sandboxes have loopback only)");
+  json_t *netn = NULL;
+  if (hutch_egress_parse(net, &netn, err) < 0) return -1;
+  json_object_set_new(body, "__network", netn);
+  cr->network = json_object_get(body, "__network");
+  if (hutch_egress_wanted_json(cr->network)) {
+    if (!ctx->cfg.egress)
+      return hutch_err_set(err, 409, "conflict",
+                           "field `network.egress`: egress is not enabled on this hutchd (start it with --egress)");
+    if (!strcmp(cr->runtime, "gvisor"))
+      return hutch_err_invalid(err, "field `network.egress`: the gvisor runtime has loopback only for now");
   }
   const char *snap = NULL;
   if (hutch_json_string(body, "", "from_snapshot", 63, &snap, err) < 0) return -1;

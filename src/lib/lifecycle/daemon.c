@@ -15,6 +15,7 @@
 #include "common/util.h"
 #include "isolate/cgroup.h"
 #include "isolate/userns.h"
+#include "lifecycle/egress.h"
 #include "lifecycle/events.h"
 #include "lifecycle/ops.h"
 #include "lifecycle/snapshots.h"
@@ -53,6 +54,8 @@ void hutch_config_free(struct hutch_config *c) {
   free(c->storage_quota);
   free(c->runsc_path);
   free(c->runsc_platform);
+  free(c->gateway_dns);
+  free(c->gateway_upstream_ca);
   free(c->data_dir);
   free(c->socket_path);
   free(c->listen_addr);
@@ -233,6 +236,7 @@ static char *normalized_request(const struct hutch_create_req *req) {
   if (req->from_snapshot) json_object_set_new(norm, "from_snapshot", json_string(req->from_snapshot));
   if (req->snapshots) json_object_set(norm, "snapshots", req->snapshots);
   if (req->image) json_object_set(norm, "image", req->image);
+  if (req->network) json_object_set(norm, "network", req->network);
   char *s = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(norm);
   return s;
@@ -286,7 +290,7 @@ static void pool_fill(struct hutch_ctx *ctx) {
 static bool pool_matches(struct hutch_ctx *ctx, const struct hutch_create_req *req, const char *runtime) {
   struct hutch_create_req d;
   hutch_create_req_defaults(ctx, &d, ctx->cfg.pool_template);
-  return ctx->cfg.pool_size && !req->from_snapshot && !req->snapshots &&
+  return ctx->cfg.pool_size && !req->from_snapshot && !req->snapshots && !hutch_egress_wanted_json(req->network) &&
          !strcmp(req->template_name, ctx->cfg.pool_template) &&
          !strcmp(runtime, hutch_runtime_native.name) && req->cpus == d.cpus && req->memory_mib == d.memory_mib &&
          req->pids == d.pids && req->disk_mib == d.disk_mib;
@@ -584,6 +588,7 @@ static void *reaper_main(void *arg) {
     size_t n = 0;
     hutch_err err = HUTCH_ERR_INIT;
     pool_fill(ctx);
+    hutch_egress_tick(ctx);
     if (hutch_db_sandbox_list(ctx->db, NULL, &v, &n, &err) < 0) continue;
     uint64_t now = now_ms();
     for (size_t i = 0; i < n; i++) {
@@ -669,6 +674,7 @@ int hutch_ctx_start(struct hutch_ctx *ctx, hutch_err *err) {
   if (hutch_pool_open(&ctx->pool, ctx->cfg.data_dir, &po, err) < 0) return -1;
   if (hutch_lc_templates_init(ctx, err) < 0) return hutch_err_wrap(err, "templates");
   reconcile(ctx);
+  if (hutch_egress_start(ctx, err) < 0) return -1;
   ctx->nthreads = (size_t)(ctx->cfg.workers > 0 ? ctx->cfg.workers : 1);
   ctx->threads = xcalloc(ctx->nthreads, sizeof *ctx->threads);
   for (size_t i = 0; i < ctx->nthreads; i++)

@@ -41,6 +41,9 @@ struct hutch_config {
   uint32_t max_fork;     /* most sandboxes one fork call makes */
   char *runsc_path;      /* gvisor: runsc binary (NULL: from PATH) */
   char *runsc_platform;  /* gvisor: ptrace | kvm | systrap (NULL: ptrace) */
+  bool egress;           /* run hutch-gateway and give sandboxes a way out (docs/network.md) */
+  char *gateway_dns;     /* IP:PORT the gateway resolves with (NULL: the host's first resolver) */
+  char *gateway_upstream_ca; /* CA bundle the gateway verifies upstream TLS with (NULL: the host's) */
 };
 
 void hutch_config_defaults(struct hutch_config *c);
@@ -67,6 +70,7 @@ struct hutch_ctx {
   pthread_t reaper;
   uint64_t started_ms;
   unsigned char token_key[32]; /* HMAC key of attach tokens (DATA/secret.key) */
+  uint32_t egress_ports[4];    /* the gateway's dns, proxy, http, tls ports */
 };
 
 /* Open the database, build the host template, reconcile state left by a
@@ -86,6 +90,7 @@ struct hutch_create_req {
   const char *from_snapshot; /* make the root from this snapshot, not the template */
   json_t *snapshots;         /* automatic snapshot policy (borrowed), or NULL */
   json_t *image;             /* the template's image defaults (borrowed), or NULL */
+  json_t *network;           /* {"egress": …} normalised (borrowed), or NULL for none */
 };
 
 /* Accept a create: validates what can be checked now (template, runtime),

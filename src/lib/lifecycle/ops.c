@@ -17,6 +17,7 @@
 #include "common/util.h"
 #include "isolate/cgroup.h"
 #include "isolate/userns.h"
+#include "lifecycle/egress.h"
 #include "lifecycle/events.h"
 #include "lifecycle/snapshots.h"
 #include "runtime/runtime.h"
@@ -159,7 +160,10 @@ static int shim_up_from(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, cons
   if (shim_us) *shim_us = mono_us() - t;
   r->shim_pid = shim_pid;
   r->init_pid = init_pid;
-  return hutch_db_sandbox_set_host(ctx->db, r->id, r->uid_slot, shim_pid, init_pid, err);
+  if (hutch_db_sandbox_set_host(ctx->db, r->id, r->uid_slot, shim_pid, init_pid, err) < 0) return -1;
+  /* Its way out, if its policy gives it one (callers' failure paths release
+   * it with the rest in runtime_down). */
+  return hutch_egress_up(ctx, r, err);
 }
 
 static int shim_up(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, uint64_t *shim_us, hutch_err *err) {
@@ -171,6 +175,7 @@ static int shim_up(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, uint64_t 
 static int runtime_down(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_err *err) {
   cleanup_free char *sock = hutch_shim_socket(ctx, r->id);
   hutch_err e = HUTCH_ERR_INIT;
+  if (hutch_egress_wanted(r)) hutch_egress_down(ctx, r);
   /* A frozen init cannot be reaped by its shim: thaw first.  r->state is the
    * state the operation started from (or was interrupted in); sandboxes
    * that were running or being made were never frozen, and they are the

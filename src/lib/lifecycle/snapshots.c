@@ -296,6 +296,8 @@ static int fork_request(const struct hutch_sandbox_rec *parent, json_t *req, con
   out->from_snapshot = snap;
   json_t *img = json_object_get(req, "image");
   out->image = json_is_object(img) ? img : NULL;
+  json_t *net = json_object_get(req, "network");
+  out->network = json_is_object(net) ? net : NULL;
   json_t *pol = json_object_get(req, "snapshots");
   out->snapshots = json_is_object(pol) ? pol : NULL;
   return 0;

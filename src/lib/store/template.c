@@ -412,10 +412,10 @@ char *hutch_rootfs_path(const struct hutch_pool *p, const char *id) { return hut
 /* Write `content` to root/rel, resolving every component inside `root`: a
  * root made from a snapshot is the sandbox's own work, and its /etc may be a
  * symlink aimed at the host. */
-static int put_in_root(const char *root, const char *rel, const char *content, hutch_err *err) {
+static int put_in_root_mode(const char *root, const char *rel, const char *content, bool append, hutch_err *err) {
   cleanup_close int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (rfd < 0) return hutch_err_sys(err, errno, "open `%s`", root);
-  struct open_how how = {.flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+  struct open_how how = {.flags = O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_NOFOLLOW | O_CLOEXEC,
                          .mode = 0644,
                          .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV};
   int fd = (int)syscall(SYS_openat2, rfd, rel, &how, sizeof how);
@@ -432,6 +432,17 @@ static int put_in_root(const char *root, const char *rel, const char *content, h
   close(fd);
   if (rc < 0) return hutch_err_sys(err, e, "write `%s/%s`", root, rel);
   return 0;
+}
+
+static int put_in_root(const char *root, const char *rel, const char *content, hutch_err *err) {
+  return put_in_root_mode(root, rel, content, false, err);
+}
+
+int hutch_rootfs_write(const struct hutch_pool *p, const char *id, const char *rel, const char *content, bool append,
+                       hutch_err *err) {
+  cleanup_free char *root = hutch_rootfs_path(p, id);
+  cleanup_free char *top = p->kind == HUTCH_POOL_OVERLAY ? xasprintf("%s/upper", root) : xstrdup(root);
+  return put_in_root_mode(top, rel, content, append, err);
 }
 
 int hutch_rootfs_create(const struct hutch_pool *p, const char *template_name, const char *from_volume,

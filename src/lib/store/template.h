@@ -60,5 +60,9 @@ char *hutch_rootfs_path(const struct hutch_pool *p, const char *id);
 int hutch_rootfs_create(const struct hutch_pool *p, const char *template_name, const char *from_volume,
                         const char *id, const char *hostname, uint64_t disk_bytes, hutch_err *err);
 int hutch_rootfs_remove(const struct hutch_pool *p, const char *id, hutch_err *err);
+/* Write (or append to) a file of a sandbox's root, resolved inside it (a
+ * missing parent directory or an odd entry there is left alone: 0). */
+int hutch_rootfs_write(const struct hutch_pool *p, const char *id, const char *rel, const char *content, bool append,
+                       hutch_err *err);
 
 #endif
