@@ -16,20 +16,8 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#if __has_include("isolate/nft.h") && __has_include("isolate/veth.h")
 #include "isolate/nft.h"
 #include "isolate/veth.h"
-#else
-/* TEMPORARY while isolate/nft.c and veth.c are being written. */
-struct hutch_nft_ports { uint16_t dns, proxy, http, tls; };
-static int hutch_nft_setup(const char *i, const struct hutch_nft_ports *p, hutch_err *err) { (void)i; (void)p; return hutch_err_sys(err, ENOSYS, "egress plumbing not built"); }
-static int hutch_nft_add_sandbox(const char *i, const char *n, uint32_t a, hutch_err *err) { (void)i; (void)n; (void)a; return hutch_err_sys(err, ENOSYS, "egress plumbing not built"); }
-static int hutch_nft_del_sandbox(const char *i, const char *n, uint32_t a, hutch_err *err) { (void)i; (void)n; (void)a; (void)err; return 0; }
-static int hutch_egress_addr(uint32_t s, uint32_t *h, uint32_t *b) { (void)s; *h = *b = 0; return -1; }
-static void hutch_egress_ifname(uint32_t s, char out[16]) { snprintf(out, 16, "hg%04x", s & 0xffff); }
-static int hutch_veth_create(uint32_t s, pid_t p, hutch_err *err) { (void)s; (void)p; return hutch_err_sys(err, ENOSYS, "egress plumbing not built"); }
-static int hutch_veth_delete(uint32_t s, hutch_err *err) { (void)s; (void)err; return 0; }
-#endif
 #include "net/policy.h"
 #include "store/template.h"
 
@@ -301,8 +289,10 @@ int hutch_egress_up(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, hu
   if (hutch_egress_addr((uint32_t)r->uid_slot, &host, &sb) < 0)
     return hutch_err_sys(err, ERANGE, "no egress address for slot %lld", (long long)r->uid_slot);
   hutch_egress_ifname((uint32_t)r->uid_slot, ifname);
-  if (hutch_veth_create((uint32_t)r->uid_slot, (pid_t)r->init_pid, err) < 0) return hutch_err_wrap(err, "egress");
-  if (hutch_nft_add_sandbox(ctx->instance, ifname, sb, err) < 0 || push(ctx, r, err) < 0 ||
+  /* The set elements first (they match by name): the interface is never up
+   * without its filter. */
+  if (hutch_nft_add_sandbox(ctx->instance, ifname, sb, err) < 0 ||
+      hutch_veth_create((uint32_t)r->uid_slot, (pid_t)r->init_pid, err) < 0 || push(ctx, r, err) < 0 ||
       write_guest_files(ctx, r, host, err) < 0) {
     hutch_egress_down(ctx, r);
     return hutch_err_wrap(err, "egress");
