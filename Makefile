@@ -32,7 +32,7 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 INIT_SRCS := $(sort $(wildcard src/init/*.c)) src/lib/agent/proto.c src/lib/common/err.c src/lib/common/util.c src/lib/common/log.c
 INIT_OBJS := $(INIT_SRCS:%.c=$(BUILD)/init-obj/%.o)
 
-PROGS := $(BUILD)/hutchd $(BUILD)/hutch $(BUILD)/hutch-shim $(BUILD)/hutch-init
+PROGS := $(BUILD)/hutchd $(BUILD)/hutch $(BUILD)/hutch-shim $(BUILD)/hutch-init $(BUILD)/hutch-gateway
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 HELPERS :=
@@ -62,6 +62,10 @@ $(BUILD)/hutch: $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/hutch/*.c)) $(BUILD)/
 
 $(BUILD)/hutch-shim: $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/shim/*.c)) $(BUILD)/libhutch.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
+# The egress gateway (docs/network.md); it also needs libssl.
+$(BUILD)/hutch-gateway: $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/gateway/*.c)) $(BUILD)/libhutch.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs libssl) $(PKG_LIBS)
 
 $(BUILD)/hutch-init: $(INIT_OBJS)
 	$(CC) -static -o $@ $^
@@ -129,7 +133,7 @@ clang-check:
 	@if ! command -v clang >/dev/null; then echo "clang-check: clang not installed, skipped"; exit 0; fi; \
 	echo "  CLANG   -fsyntax-only"; \
 	clang -fsyntax-only -std=gnu11 -Isrc/lib -D_GNU_SOURCE $(PKG_CFLAGS) -DHUTCH_VERSION=\"$(VERSION)\" \
-	  $(LIB_SRCS) $(wildcard src/hutchd/*.c src/hutch/*.c src/shim/*.c src/init/*.c)
+	  $(LIB_SRCS) $(wildcard src/hutchd/*.c src/hutch/*.c src/shim/*.c src/init/*.c src/gateway/*.c)
 
 bench: all
 	HUTCH_BUILD=$(abspath $(BUILD)) /usr/bin/python3 bench/bench.py $(BENCH_ARGS)

@@ -43,6 +43,7 @@ struct dns_req {
   struct gw_dns_query pq;
   struct hutch_ip src;
   char rule[HUTCH_RULE_TEXT_MAX];
+  const char *why; /* why the name was allowed */
 };
 
 struct dns_tcp {
@@ -153,7 +154,7 @@ static void resolved(void *arg, int status, const struct gw_dns_result *res, con
   const struct gw_sandbox *sb = gw_lookup(&r->src);
   if (!sb) { /* removed while we asked */
     respond(r, GW_DNS_REFUSED, NULL, 0, 0);
-    audit_dns(r, NULL, "deny", NULL, "unknown source", NULL);
+    audit_dns(r, NULL, "denied", NULL, "unknown source", NULL);
     req_release(r);
     return;
   }
@@ -161,13 +162,13 @@ static void resolved(void *arg, int status, const struct gw_dns_result *res, con
     respond(r, GW_DNS_SERVFAIL, NULL, 0, 0);
     char reason[160];
     snprintf(reason, sizeof reason, "upstream: %s", status < 0 ? why : rcode_name(res->rcode));
-    audit_dns(r, sb->id, "error", r->rule, reason, NULL);
+    audit_dns(r, sb->id, "error", r->rule[0] ? r->rule : NULL, reason, NULL);
     req_release(r);
     return;
   }
   if (res->rcode == GW_DNS_NXDOMAIN) {
     respond(r, GW_DNS_NXDOMAIN, NULL, 0, 0);
-    audit_dns(r, sb->id, "allow", r->rule, "NXDOMAIN", NULL);
+    audit_dns(r, sb->id, "allowed", r->rule[0] ? r->rule : NULL, "NXDOMAIN", NULL);
     req_release(r);
     return;
   }
@@ -195,12 +196,12 @@ static void resolved(void *arg, int status, const struct gw_dns_result *res, con
     respond(r, GW_DNS_REFUSED, NULL, 0, 0);
     char reason[160];
     snprintf(reason, sizeof reason, "every address blocked: %s", first_block.why ? first_block.why : "blocked");
-    audit_dns(r, sb->id, "deny", first_block.rule ? first_block.rule->text : NULL, reason, NULL);
+    audit_dns(r, sb->id, "denied", first_block.rule ? first_block.rule->text : NULL, reason, NULL);
     req_release(r);
     return;
   }
   respond(r, GW_DNS_NOERROR, keep, n, res->ttl);
-  audit_dns(r, sb->id, "allow", r->rule, n ? "allowed by rule" : "no A records", list[0] ? list : NULL);
+  audit_dns(r, sb->id, "allowed", r->rule[0] ? r->rule : NULL, n ? r->why : "no A records", list[0] ? list : NULL);
   req_release(r);
 }
 
@@ -216,13 +217,13 @@ static void handle(struct dns_req *r) {
   if (pr != GW_DNS_QUERY_OK) {
     int rc = pr == GW_DNS_QUERY_NOTIMP ? GW_DNS_NOTIMP : GW_DNS_FORMERR;
     respond(r, rc, NULL, 0, 0);
-    audit_dns(r, sb ? sb->id : NULL, "deny", NULL, r->pq.why, NULL);
+    audit_dns(r, sb ? sb->id : NULL, "denied", NULL, r->pq.why, NULL);
     req_release(r);
     return;
   }
   if (!sb) {
     respond(r, GW_DNS_REFUSED, NULL, 0, 0);
-    audit_dns(r, NULL, "deny", NULL, "unknown source", NULL);
+    audit_dns(r, NULL, "denied", NULL, "unknown source", NULL);
     req_release(r);
     return;
   }
@@ -233,20 +234,21 @@ static void handle(struct dns_req *r) {
   if (ok && h.kind != HUTCH_HOST_NAME) ok = false, why = "an IP address is not a name to look up";
   if (!ok) {
     respond(r, GW_DNS_REFUSED, NULL, 0, 0);
-    audit_dns(r, sb->id, "deny", NULL, why ? why : "invalid name", NULL);
+    audit_dns(r, sb->id, "denied", NULL, why ? why : "invalid name", NULL);
     req_release(r);
     return;
   }
   if (!gw_name_allowed_any_port(sb->policy, h.text, &v)) {
     respond(r, GW_DNS_REFUSED, NULL, 0, 0);
-    audit_dns(r, sb->id, "deny", v.rule ? v.rule->text : NULL, v.why, NULL);
+    audit_dns(r, sb->id, "denied", v.rule ? v.rule->text : NULL, v.why, NULL);
     req_release(r);
     return;
   }
   snprintf(r->rule, sizeof r->rule, "%s", v.rule ? v.rule->text : "");
+  r->why = v.why ? v.why : "allowed";
   if (r->pq.qtype != GW_DNS_TYPE_A) {
     respond(r, GW_DNS_NOERROR, NULL, 0, 0);
-    audit_dns(r, sb->id, "allow", r->rule[0] ? r->rule : NULL, "not an A query: empty answer", NULL);
+    audit_dns(r, sb->id, "allowed", r->rule[0] ? r->rule : NULL, "not an A query: empty answer", NULL);
     req_release(r);
     return;
   }
@@ -335,7 +337,10 @@ static void tcp_accept(void) {
     struct sockaddr_in peer;
     socklen_t pl = sizeof peer;
     int fd = accept4(tcp_listen_io.fd, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) gw_listener_pause(&tcp_listen_io);
+      return;
+    }
     size_t slot = MAX_TCP;
     for (size_t k = 0; k < MAX_TCP; k++)
       if (!tcps[k]) {
@@ -359,6 +364,10 @@ static void tcp_accept(void) {
 }
 
 static void tcp_event(struct dns_tcp *t, uint32_t ev) {
+  if (ev & (EPOLLHUP | EPOLLERR)) { /* reported whatever the interest: it would come back */
+    tcp_close(t);
+    return;
+  }
   if (t->out_len) {
     while (t->out_off < t->out_len) {
       ssize_t w = send(t->io.fd, t->out + t->out_off, t->out_len - t->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -50,6 +50,8 @@ struct gw_config {
   uint16_t port_dns, port_proxy, port_http, port_tls;
   const char *user;
   size_t audit_cap;
+  struct hutch_rule public_cidr[16]; /* --public-cidr */
+  size_t n_public;
 };
 
 struct gw_state {
@@ -71,6 +73,9 @@ void gw_io_close(struct gw_io *io);
 /* Free p with fn after the current batch of events. */
 void gw_defer_free(void (*fn)(void *), void *p);
 uint64_t gw_now(void); /* monotonic milliseconds */
+/* accept() failed for want of fds: stop watching the listener for a while
+ * (level-triggered, it would be reported again and again). */
+void gw_listener_pause(struct gw_io *io);
 
 /* ---- policy helpers (main.c) ---- */
 const struct gw_sandbox *gw_lookup(const struct hutch_ip *src);
@@ -78,6 +83,12 @@ const struct gw_sandbox *gw_lookup(const struct hutch_ip *src);
 bool gw_name_allowed_any_port(const struct hutch_policy *p, const char *name, struct hutch_verdict *v);
 /* May the address be connected to on at least one port? */
 bool gw_addr_ok_any_port(const struct hutch_policy *p, const struct hutch_ip *ip, struct hutch_verdict *v);
+/* The core's address decisions, except that addresses inside a
+ * --public-cidr network are judged as public ones (deny rules, "none" and
+ * port 0 still apply; a direct address in a list still needs an allow rule). */
+bool gw_addr_blocked(const struct hutch_policy *p, const struct hutch_ip *ip, uint16_t port, struct hutch_verdict *v);
+/* hutch_policy_allow_name with the same exception for IP literals. */
+bool gw_allow_name(const struct hutch_policy *p, const char *name, uint16_t port, struct hutch_verdict *v);
 /* Write an audit line; -1 when it could not be written (the caller denies). */
 int gw_audit(const struct gw_audit_rec *r);
 

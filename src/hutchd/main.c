@@ -39,6 +39,7 @@ static void usage(FILE *f) {
           "                      out through it only (docs/network.md); one hutchd per host\n"
           "  --gateway-dns IP:PORT  the resolver the gateway uses (default: the host's first)\n"
           "  --gateway-upstream-ca FILE  CA bundle for upstream TLS (default: the host's)\n"
+          "  --gateway-public-cidr CIDR  a private range the gateway treats as public (test networks)\n"
           "  --runsc PATH        the gvisor runtime's runsc (default: runsc from PATH)\n"
           "  --runsc-platform P  ptrace|kvm|systrap (default ptrace; kvm is faster where runsc's kvm works)\n"
           "  --log-level LEVEL   debug|info|warn|error (default info)\n"
@@ -72,6 +73,7 @@ int main(int argc, char **argv) {
       {"runsc", required_argument, NULL, 'R'},      {"runsc-platform", required_argument, NULL, 'G'},
       {"egress", no_argument, NULL, 'E'},           {"gateway-dns", required_argument, NULL, 'D'},
       {"gateway-upstream-ca", required_argument, NULL, 'C'},
+      {"gateway-public-cidr", required_argument, NULL, 'Y'},
       {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
   };
   int o;
@@ -140,6 +142,7 @@ int main(int argc, char **argv) {
       }
       case 'E': ctx.cfg.egress = true; break;
       case 'D': free(ctx.cfg.gateway_dns), ctx.cfg.gateway_dns = xstrdup(optarg); break;
+      case 'Y': free(ctx.cfg.gateway_public_cidr), ctx.cfg.gateway_public_cidr = xstrdup(optarg); break;
       case 'C': free(ctx.cfg.gateway_upstream_ca), ctx.cfg.gateway_upstream_ca = xstrdup(optarg); break;
       case 'R': free(ctx.cfg.runsc_path), ctx.cfg.runsc_path = xstrdup(optarg); break;
       case 'G':

@@ -51,7 +51,7 @@ def api(gw):
     return gw.client()
 
 
-POLICY = {"allow": ["allowed.test", "loop.test"], "deny": []}
+POLICY = {"allow": ["allowed.test:80", "allowed.test:443", "loop.test"], "deny": []}
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +75,11 @@ def curl(api, sid, args, timeout=15):
 
 
 def test_sandbox_gets_an_interface_and_dns_only_with_egress(api, sb):
-    r = sh(api, sb["id"], "cat /sys/class/net/eth0/address && cat /etc/resolv.conf")
+    r = sh(api, sb["id"], "ip -o link show eth0 && cat /etc/resolv.conf")
     assert r["exit_code"] == 0 and "nameserver 10.231." in r["stdout"], r
     none = api.create_ok(template="host")
     try:
-        r = sh(api, none["id"], "ls /sys/class/net")
+        r = sh(api, none["id"], "ip -o link | awk -F': ' '{print $2}'")
         assert r["stdout"].split() == ["lo"], r
     finally:
         api.delete(none["id"])
@@ -178,16 +178,33 @@ def test_dns_to_an_outside_resolver_udp_and_tcp(api, sb, lab):
 def test_host_services_other_sandboxes_and_the_gateway_control_are_unreachable(api, sb, gw):
     other = api.create_ok(template="host", network={"egress": POLICY})
     try:
+        # The other sandbox listens on 80 and 8081 and logs whatever arrives.
+        srv = ("import socket,threading\n"
+               "def serve(p):\n"
+               "  s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0',p)); s.listen(8)\n"
+               "  while True:\n"
+               "    c,a=s.accept(); open('/tmp/seen','a').write('%s %d\\n' % (a[0], p)); c.close()\n"
+               "for p in (80, 8081): threading.Thread(target=serve, args=(p,)).start()\n")
+        r = api.request("POST", "/v1/sandboxes/%s/commands" % other["id"], {"argv": ["python3", "-c", srv]})
+        assert r.status in (200, 201), r
         theirs = sh(api, other["id"], "ip -4 -o addr show eth0")["stdout"].split()[3].split("/")[0]
         mine = sh(api, sb["id"], "ip -4 -o addr show eth0")["stdout"].split()[3].split("/")[0]
         host_side = ".".join(mine.split(".")[:3] + [str(int(mine.split(".")[3]) - 1)])
+        time.sleep(0.5)
+        # Positive control: inside the other sandbox, its server answers.
+        assert sh(api, other["id"], "python3 -c \"import socket; socket.create_connection(('127.0.0.1',8081),2)\" "
+                                    "&& echo ok")["stdout"] == "ok\n"
+        sh(api, other["id"], "rm -f /tmp/seen")
         code = ("import socket,sys\n"
-                "for a, p in ((sys.argv[1], 22), (sys.argv[1], 15128), (sys.argv[2], 80), (sys.argv[2], 22)):\n"
+                "for a, p in ((sys.argv[1], 22), (sys.argv[1], 8080), (sys.argv[2], 80), (sys.argv[2], 8081)):\n"
                 "  s=socket.socket(); s.settimeout(2)\n"
-                "  try: s.connect((a, p)); print('open', a, p)\n"
+                "  try: s.connect((a, p)); s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print('answer', a, p, s.recv(60))\n"
                 "  except Exception as e: print('no', a, p)\n")
-        r = api.exec(sb["id"], argv=["python3", "-c", code, host_side, theirs]).json
-        assert "open" not in r["stdout"], r
+        r = api.exec(sb["id"], argv=["python3", "-c", code, host_side, theirs], timeout_s=30).json
+        # Port 80 anywhere lands on the gateway, which refuses an address it
+        # was not asked for by name; nothing reaches the other sandbox.
+        assert "no %s 22" % host_side in r["stdout"] and "no %s 8081" % theirs in r["stdout"], r
+        assert sh(api, other["id"], "cat /tmp/seen 2>/dev/null; true")["stdout"] == "", r
         r = sh(api, sb["id"], "ls %s 2>&1; true" % gw.run_dir)
         assert "gateway.sock" not in r["stdout"], r
     finally:

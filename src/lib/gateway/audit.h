@@ -2,13 +2,14 @@
  * to DIR/<sandbox>.jsonl (traffic from unknown sources: unknown.jsonl).
  *
  *   {"time":"2026-12-01T10:00:00.123Z","sandbox":"sb_x","proto":"connect",
- *    "name":"pypi.org","addr":"151.101.0.223","port":443,"decision":"allow",
+ *    "name":"pypi.org","addr":"151.101.0.223","port":443,"decision":"allowed",
  *    "rule":"pypi.org","reason":"allowed by rule","bytes_up":0,"bytes_down":0}
  *
- * decision is "allow" or "deny" (the decision, written when it is made),
- * "error" (allowed, but the gateway could not complete it: resolution or
- * upstream failed) or "close" (an allowed connection ended: its byte
- * counts).  name, addr, port and rule are null when there is none.
+ * decision is "allowed" or "denied" (the decision, written when it is
+ * made), "error" (allowed, but the gateway could not complete it:
+ * resolution, connection or upstream TLS failed) or "closed" (an allowed
+ * connection ended: its byte counts; bytes_up went to the destination,
+ * bytes_down to the sandbox, both plaintext).  name, addr, port and rule are null when there is none.
  * A file that reaches the size cap is renamed to <file>.1 (replacing the
  * previous one) and a new one is started. */
 #ifndef HUTCH_GATEWAY_AUDIT_H
@@ -27,7 +28,7 @@ struct gw_audit_rec {
   const char *name;     /* may be NULL */
   const char *addr;     /* may be NULL */
   int port;             /* 0: null */
-  const char *decision; /* "allow", "deny", "error", "close" */
+  const char *decision; /* "allowed", "denied", "error", "closed" */
   const char *rule;     /* canonical rule text or NULL */
   const char *reason;
   uint64_t bytes_up, bytes_down;

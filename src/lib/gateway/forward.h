@@ -28,6 +28,7 @@
 #include "net/http.h"
 
 #define GW_HEAD_REWRITE_EXTRA 512 /* a rewritten head is at most this much longer */
+#define GW_CHUNK_MAX 0x7fffffffu  /* the largest chunk accepted */
 
 /* The head to send upstream for req (parsed from a buffer that is still
  * valid).  Returns its length, or 0 when it does not fit in cap. */
@@ -58,7 +59,8 @@ struct gw_body {
 void gw_body_init(struct gw_body *b, const struct hutch_http_request *req);
 /* How many of the n bytes at p belong to the body (the rest comes after
  * it, b->done is then set), or -1 when a chunked body is malformed.
- * Chunked is read strictly: 1 to 16 hex digits, no chunk extensions, no
+ * Chunked is read strictly: 1 to 16 hex digits (leading zeros allowed), a
+ * size of at most GW_CHUNK_MAX, no chunk extensions, no
  * whitespace, CRLF everywhere, trailer lines of printable ASCII (at most
  * 32 of at most 8 KiB). */
 ssize_t gw_body_feed(struct gw_body *b, const uint8_t *p, size_t n);

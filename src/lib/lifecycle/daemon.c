@@ -56,6 +56,7 @@ void hutch_config_free(struct hutch_config *c) {
   free(c->runsc_platform);
   free(c->gateway_dns);
   free(c->gateway_upstream_ca);
+  free(c->gateway_public_cidr);
   free(c->data_dir);
   free(c->socket_path);
   free(c->listen_addr);

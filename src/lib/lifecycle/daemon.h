@@ -44,6 +44,7 @@ struct hutch_config {
   bool egress;           /* run hutch-gateway and give sandboxes a way out (docs/network.md) */
   char *gateway_dns;     /* IP:PORT the gateway resolves with (NULL: the host's first resolver) */
   char *gateway_upstream_ca; /* CA bundle the gateway verifies upstream TLS with (NULL: the host's) */
+  char *gateway_public_cidr; /* a private range the gateway treats as public (test networks) */
 };
 
 void hutch_config_defaults(struct hutch_config *c);

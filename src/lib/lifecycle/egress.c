@@ -107,12 +107,15 @@ static int control_call(struct hutch_ctx *ctx, json_t *req, hutch_err *err) {
   return ok ? 0 : -1;
 }
 
+/* Alive: its control socket accepts a connection (it serves nothing else). */
 static bool gateway_alive(struct hutch_ctx *ctx) {
-  json_t *req = json_pack("{s:s}", "op", "list");
-  hutch_err e = HUTCH_ERR_INIT;
-  int rc = control_call(ctx, req, &e);
-  json_decref(req);
-  return rc == 0;
+  cleanup_free char *path = control_path(ctx);
+  cleanup_close int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof a.sun_path) return false;
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  return connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
 }
 
 static int spawn_gateway(struct hutch_ctx *ctx, hutch_err *err) {
@@ -145,6 +148,10 @@ static int spawn_gateway(struct hutch_ctx *ctx, hutch_err *err) {
   if (ctx->cfg.gateway_upstream_ca) {
     argv[a++] = "--upstream-ca";
     argv[a++] = ctx->cfg.gateway_upstream_ca;
+  }
+  if (ctx->cfg.gateway_public_cidr) {
+    argv[a++] = "--public-cidr";
+    argv[a++] = ctx->cfg.gateway_public_cidr;
   }
   if (pw) {
     argv[a++] = "--user";
