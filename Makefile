@@ -118,6 +118,10 @@ FUZZ_TARGETS += fuzz_http
 fuzz_http_SRCS := src/lib/net/http.c src/lib/net/addr.c src/lib/net/policy.c
 fuzz_http_LIBS := $(shell pkg-config --libs jansson)
 fuzz_http_ARGS := -max_len=20000
+FUZZ_TARGETS += fuzz_dns
+fuzz_dns_SRCS := src/lib/gateway/dns.c src/lib/gateway/control.c src/lib/net/policy.c src/lib/net/addr.c
+fuzz_dns_LIBS := $(shell pkg-config --libs jansson)
+fuzz_dns_ARGS := -max_len=4096
 fuzz:
 	@if ! command -v clang >/dev/null; then echo "fuzz: clang not installed, skipped"; exit 0; fi; \
 	mkdir -p $(BUILD)/fuzz && set -e && \
