@@ -60,7 +60,7 @@ TARGETS = [
     ("gvisor_fork_p50", "gvisor fork ×4 of a running sandbox until all run, p50", ("gvisor_fork", "p50"), "<=", 1000.0, "ms"),
 ]
 
-SECTIONS = ("api", "pool", "storage", "gvisor")
+SECTIONS = ("api", "pool", "storage", "gvisor", "egress")
 
 BWRAP_ARGV = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
               "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
@@ -468,11 +468,12 @@ def cpu_since(a, b, ours):
 class Hutchd:
     """One hutchd on short temporary paths: /tmp/hbXXXX/{data,run,api.sock}."""
 
-    def __init__(self, build, label, pool=0, workers=None):
+    def __init__(self, build, label, pool=0, workers=None, extra_args=()):
         self.build = build
         self.label = label
         self.pool = pool
         self.workers = workers
+        self.extra_args = list(extra_args)
         self.root = tempfile.mkdtemp(prefix="hbench-", dir="/tmp")
         self.data = os.path.join(self.root, "data")
         self.run = os.path.join(self.root, "run")
@@ -495,6 +496,7 @@ class Hutchd:
                "--run-dir", self.run, "--pool", str(pool)]
         if self.workers:
             cmd += ["--workers", str(self.workers)]
+        cmd += self.extra_args
         with open(self.logf, "ab") as lf:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=lf, stderr=lf,
                                          start_new_session=True, cwd="/")
@@ -829,6 +831,318 @@ def log_events(logf, offset, event):
     return out
 
 
+# -- the egress section's test network ---------------------------------------------------
+#
+# Two network namespaces of the bench's own (the pattern of
+# tests/integration/netlab.py, with names and addresses of their own so that
+# a test suite running beside the bench is not disturbed): a "server" that
+# plays the internet (HTTP on :80, HTTPS on :443 with a certificate of a test
+# CA, DNS on :53 answering allowed.test) and a "client" that reaches it
+# directly, routed through the host netns like the gateway's traffic but
+# with no gateway in the way.  Forwarding is switched on for those two
+# host-side interfaces only (net.ipv4.conf.<if>.forwarding; the global
+# ip_forward is left alone), and neither namespace has a default route: no
+# packet of the bench leaves this machine.
+
+EGRESS_NAME = "allowed.test"
+
+EGRESS_SERVER = r'''
+import os, socket, socketserver, ssl, struct, sys, threading, http.server
+ip, d, small, big, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+BODIES = {"/small": (b"0123456789abcdef" * (small // 16 + 1))[:small], "/big": memoryview(bytes(big))}
+
+class H(http.server.BaseHTTPRequestHandler):
+    disable_nagle_algorithm = True
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_GET(self):
+        body = BODIES.get(self.path.split("?", 1)[0])
+        self.close_connection = True
+        if body is None:
+            self.wfile.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"); return
+        head = ("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n"
+                "Connection: close\r\n\r\n" % len(body)).encode()
+        if len(body) <= 65536:
+            self.wfile.write(head + bytes(body))  # one write: no Nagle/delayed-ACK stall
+        else:
+            self.wfile.write(head); self.wfile.write(body)
+
+class TS(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 64
+
+http_srv = TS((ip, 80), H)
+https_srv = TS((ip, 443), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(os.path.join(d, "server.crt"), os.path.join(d, "server.key"))
+https_srv.socket = ctx.wrap_socket(https_srv.socket, server_side=True)
+
+def dns():
+    def answer(q):
+        tid, flags, qd = struct.unpack(">HHH", q[:6])
+        i = 12; labels = []
+        while q[i]:
+            labels.append(q[i+1:i+1+q[i]].decode()); i += 1 + q[i]
+        qname = ".".join(labels).lower(); qtype = struct.unpack(">H", q[i+1:i+3])[0]
+        addrs = [ip] if qname == name and qtype == 1 else []
+        rcode = 0 if qname == name else 3
+        hdr = struct.pack(">HHHHHH", tid, 0x8180 | rcode, 1, len(addrs), 0, 0)
+        return hdr + q[12:i+5] + b"".join(b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 30, 4) + socket.inet_aton(a)
+                                          for a in addrs)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((ip, 53))
+    t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); t.bind((ip, 53)); t.listen(16)
+    def udp():
+        while True:
+            q, a = u.recvfrom(4096)
+            try: u.sendto(answer(q), a)
+            except Exception: pass
+    def tcp():
+        while True:
+            c, a = t.accept()
+            try:
+                c.settimeout(5); n = struct.unpack(">H", c.recv(2))[0]; r = answer(c.recv(n))
+                c.sendall(struct.pack(">H", len(r)) + r)
+            except Exception: pass
+            c.close()
+    threading.Thread(target=udp, daemon=True).start(); threading.Thread(target=tcp, daemon=True).start()
+
+dns()
+threading.Thread(target=https_srv.serve_forever, daemon=True).start()
+open(os.path.join(d, "ready"), "w").close()
+http_srv.serve_forever()
+'''
+
+# The client, the same code on both paths: in the sandbox (exec; through the
+# gateway) and in the bench's client namespace (`ip netns exec`; direct).  It
+# times each request itself (time.perf_counter, from before connect() to the
+# last byte of the body), so neither the API round trip nor Python's start-up
+# is counted.  One argument, JSON: mode get|dns, host, addr (an IPv4, or
+# "resolve": getaddrinfo(host) once before the loop, or "resolv": the first
+# nameserver of /etc/resolv.conf), port, path, tls, cafile, size (expected
+# body bytes), n, warm (untimed requests first), limit_s.  Prints one JSON
+# line: {"ms": [...], "warm_ms": [...], "errors": [...], "truncated", "addr"}.
+EGRESS_CLIENT = r'''
+import json, random, socket, ssl, struct, sys, time
+cfg = json.loads(sys.argv[1])
+end = time.monotonic() + cfg["limit_s"]
+out = {"ms": [], "warm_ms": [], "errors": [], "truncated": False}
+addr, port, host = cfg["addr"], cfg.get("port", 53), cfg["host"]
+if addr == "resolv":
+    for line in open("/etc/resolv.conf"):
+        f = line.split()
+        if len(f) >= 2 and f[0] == "nameserver":
+            addr = f[1]; break
+elif addr == "resolve":
+    addr = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+out["addr"] = addr
+ctx = ssl.create_default_context(cafile=cfg.get("cafile")) if cfg.get("tls") else None
+buf = bytearray(1 << 20)
+req = ("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: hbench\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+       % (cfg.get("path", "/"), host)).encode()
+qname = b"".join(bytes([len(p)]) + p.encode() for p in host.split(".")) + b"\0"
+
+def get():
+    t0 = time.perf_counter()
+    s = socket.create_connection((addr, port), timeout=30)
+    try:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ctx is not None:
+            s = ctx.wrap_socket(s, server_hostname=host)
+        s.sendall(req)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            k = s.recv_into(buf)
+            if not k:
+                raise EOFError("connection closed in the response head: %r" % head[:200])
+            head += bytes(buf[:k])
+            if len(head) > (1 << 21):
+                raise ValueError("response head too long")
+        head, _, rest = head.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        if lines[0].split(b" ")[1:2] != [b"200"]:
+            raise ValueError("status %r" % lines[0][:120])
+        clen = None
+        for l in lines[1:]:
+            k_, _, v = l.partition(b":")
+            if k_.strip().lower() == b"content-length":
+                clen = int(v.strip())
+        got = len(rest)
+        while clen is None or got < clen:
+            try:
+                k = s.recv_into(buf)
+            except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                k = 0
+            if not k:
+                if clen is None:
+                    break
+                raise EOFError("closed after %d of %d body bytes" % (got, clen))
+            got += k
+        t1 = time.perf_counter()
+    finally:
+        s.close()
+    if cfg.get("size") is not None and got != cfg["size"]:
+        raise ValueError("body %d bytes, expected %d" % (got, cfg["size"]))
+    return (t1 - t0) * 1000.0
+
+def dns():
+    qid = random.getrandbits(16)
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + qname + struct.pack(">HH", 1, 1)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(2)
+    try:
+        t0 = time.perf_counter()
+        u.sendto(q, (addr, port))
+        while True:
+            r, _ = u.recvfrom(4096)
+            if r[:2] == q[:2]:
+                break
+        t1 = time.perf_counter()
+    finally:
+        u.close()
+    rcode, an = r[3] & 15, struct.unpack(">H", r[6:8])[0]
+    if rcode or not an:
+        raise ValueError("DNS rcode %d, %d answers" % (rcode, an))
+    return (t1 - t0) * 1000.0
+
+fn = dns if cfg["mode"] == "dns" else get
+for key, count in (("warm_ms", cfg.get("warm", 0)), ("ms", cfg["n"])):
+    for i in range(count):
+        if time.monotonic() > end:
+            out["truncated"] = True
+            break
+        try:
+            out[key].append(fn())
+        except Exception as e:
+            out["errors"].append(repr(e)[:300])
+            if len(out["errors"]) > 5:
+                break
+print(json.dumps(out))
+'''
+
+
+class EgressLab:
+    """The egress section's namespaces: `hbench-s<pid>` (server) and
+    `hbench-c<pid>` (direct client), each on a /30 of 10.232.B.0/24 (B the
+    first of 200..254 no address or route on the host uses), veth pairs
+    `hbs<pid>h`/`hbs<pid>n` and `hbc<pid>h`/`hbc<pid>n`.  close() removes
+    everything; it is safe to call at any point of start()."""
+
+    def __init__(self, small_bytes, big_bytes):
+        self.dir = tempfile.mkdtemp(prefix="hbench-lab-", dir="/tmp")
+        pid = os.getpid()
+        self.ns_srv, self.ns_cli = "hbench-s%d" % pid, "hbench-c%d" % pid
+        self.hv_srv, self.nv_srv = "hbs%dh" % pid, "hbs%dn" % pid
+        self.hv_cli, self.nv_cli = "hbc%dh" % pid, "hbc%dn" % pid
+        self.small, self.big = small_bytes, big_bytes
+        self.proc = None
+        self.net = None
+        self.made = []  # namespaces and links made, for close()
+
+    def _ip(self, *args):
+        r = subprocess.run(["ip"] + list(args), capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise RuntimeError("ip %s: %s" % (" ".join(args), r.stderr.strip()[:300]))
+
+    def _pick_net(self):
+        used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, timeout=10).stdout + \
+            subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True, text=True, timeout=10).stdout
+        for b in range(200, 255):
+            if "10.232.%d." % b not in used:
+                return b
+        raise RuntimeError("no free 10.232.B.0/24 (B in 200..254) for the egress lab")
+
+    def start(self):
+        d = self.dir
+        run = lambda *c: subprocess.run(list(c), check=True, capture_output=True, timeout=60)  # noqa: E731
+        run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", d + "/ca.key", "-out", d + "/ca.crt", "-days", "2", "-subj", "/CN=hutch bench test CA")
+        for ns, hv in ((self.ns_srv, self.hv_srv), (self.ns_cli, self.hv_cli)):
+            # Only a crashed earlier run with this very pid could have left these.
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+            subprocess.run(["ip", "link", "del", hv], capture_output=True, timeout=30)
+        b = self._pick_net()
+        self.net = b
+        self.srv_ip, self.srv_host_ip = "10.232.%d.2" % b, "10.232.%d.1" % b
+        self.cli_ip, self.cli_host_ip = "10.232.%d.6" % b, "10.232.%d.5" % b
+        run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", d + "/server.key", "-out", d + "/server.csr", "-subj", "/CN=bench server")
+        with open(d + "/ext.cnf", "w") as f:
+            f.write("subjectAltName=DNS:%s,IP:%s\n" % (EGRESS_NAME, self.srv_ip))
+        run("openssl", "x509", "-req", "-in", d + "/server.csr", "-CA", d + "/ca.crt", "-CAkey", d + "/ca.key",
+            "-CAcreateserial", "-out", d + "/server.crt", "-days", "2", "-extfile", d + "/ext.cnf")
+        for ns, hv, nv, hip, nip, other in (
+                (self.ns_srv, self.hv_srv, self.nv_srv, self.srv_host_ip, self.srv_ip, "10.232.%d.4/30" % b),
+                (self.ns_cli, self.hv_cli, self.nv_cli, self.cli_host_ip, self.cli_ip, "10.232.%d.0/30" % b)):
+            self._ip("netns", "add", ns)
+            self.made.append(("netns", ns))
+            self._ip("link", "add", hv, "type", "veth", "peer", "name", nv)
+            self.made.append(("link", hv))
+            self._ip("link", "set", nv, "netns", ns)
+            self._ip("addr", "add", hip + "/30", "dev", hv)
+            self._ip("link", "set", hv, "up")
+            self._ip("-n", ns, "addr", "add", nip + "/30", "dev", nv)
+            self._ip("-n", ns, "link", "set", nv, "up")
+            self._ip("-n", ns, "link", "set", "lo", "up")
+            # Only the other lab namespace is routed: no default route.
+            self._ip("-n", ns, "route", "add", other, "via", hip)
+            with open("/proc/sys/net/ipv4/conf/%s/forwarding" % hv, "w") as f:
+                f.write("1\n")
+        errf = open(d + "/server.err", "w")
+        try:
+            self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns_srv, "/usr/bin/python3", "-c", EGRESS_SERVER,
+                                          self.srv_ip, d, str(self.small), str(self.big), EGRESS_NAME],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errf,
+                                         start_new_session=True)
+        finally:
+            errf.close()
+        end = time.monotonic() + 30
+        while not os.path.exists(d + "/ready"):
+            if self.proc.poll() is not None or time.monotonic() > end:
+                raise RuntimeError("egress lab server did not start: %s" % (read(d + "/server.err", "") or "")[-500:])
+            time.sleep(0.05)
+        return self
+
+    @property
+    def dns(self):
+        return self.srv_ip + ":53"
+
+    @property
+    def ca(self):
+        return self.dir + "/ca.crt"
+
+    def client(self, cfg, timeout):
+        """The client script in the client namespace (the direct path)."""
+        r = subprocess.run(["ip", "netns", "exec", self.ns_cli, "/usr/bin/python3", "-c", EGRESS_CLIENT,
+                            json.dumps(cfg)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=timeout)
+        return r.returncode, r.stdout, r.stderr
+
+    def close(self):
+        """Stop the server, delete the namespaces and links.  Returns what
+        could not be removed."""
+        bad = []
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                bad.append("lab server %d did not exit" % self.proc.pid)
+        for kind, name in reversed(self.made):
+            args = ["netns", "del", name] if kind == "netns" else ["link", "del", name]
+            r = subprocess.run(["ip"] + args, capture_output=True, text=True, timeout=30)
+            # Deleting a namespace deletes its end of the veth, and so the pair.
+            if r.returncode != 0 and "Cannot find device" not in r.stderr and "No such file" not in r.stderr:
+                bad.append("ip %s: %s" % (" ".join(args), r.stderr.strip()[:200]))
+        if os.path.exists("/run/netns/" + self.ns_srv) or os.path.exists("/run/netns/" + self.ns_cli):
+            bad.append("a lab namespace is still there")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return bad
+
+
 class Bench:
     def __init__(self, args):
         self.a = args
@@ -844,6 +1158,9 @@ class Bench:
         self.gvisor = {}     # the gvisor section's non-latency results
         self.gv_execs = {}   # sandbox id -> execs it has run (gvisor section)
         self.gvisor_raw = {}  # its raw samples (timestamped JSON only)
+        self.egress = {}     # the egress section's non-latency results
+        self.egress_raw = {}  # its raw samples (timestamped JSON only)
+        self.lab_dir = None  # the egress section's test network (its processes are ours)
         self.runsc_root = None
 
     def note(self, s):
@@ -852,7 +1169,8 @@ class Bench:
 
     def run_tags(self):
         """This run's directories: every process of ours names one."""
-        return tuple(x for x in [d.root for d in self.daemons] + [self.runsc_root, getattr(self, "bin_dir", None)] if x)
+        return tuple(x for x in [d.root for d in self.daemons] + [self.runsc_root, getattr(self, "bin_dir", None),
+                                                                 self.lab_dir] if x)
 
     def mark(self):
         self._mark = cpu_snapshot(self.run_tags())
@@ -2019,12 +2337,235 @@ while True:
             if alloc:
                 self.gvisor["fork"]["image_allocated_bytes_p50"] = int(pct(alloc, 50))
 
+    # -- egress (hutch-gateway) ------------------------------------------------------
+
+    def eg_client(self, where, cfg, c, sid, lab):
+        """Run EGRESS_CLIENT once on one path ("gw": exec in the sandbox, so
+        through the gateway; "direct": in the lab's client namespace) and
+        return its parsed output."""
+        timeout = int(cfg["limit_s"]) + 30
+        if where == "gw":
+            st, js, _ = c.request("POST", "/v1/sandboxes/%s/exec" % sid,
+                                  {"argv": ["python3", "-c", EGRESS_CLIENT, json.dumps(cfg)], "timeout_s": timeout})
+            if st != 200 or not isinstance(js, dict):
+                raise ApiError("exec of the egress client: %s %s" % (st, json.dumps(js)[:300]))
+            rc, out, err = js.get("exit_code"), js.get("stdout") or "", js.get("stderr") or ""
+        else:
+            rc, out, err = lab.client(cfg, timeout)
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise RuntimeError("egress client (%s) exited %s: %s %s" % (where, rc, out[-300:], err[-600:]))
+
+    def eg_stop_gateway(self, d):
+        """hutch-gateway outlives hutchd by design (like the shims): stop this
+        instance's, by pid (its command line names the instance's run dir)."""
+        mine = lambda: [p for p in pids() if "hutch-gateway" in proc_cmdline(p)  # noqa: E731
+                        and (d.run + "/") in proc_cmdline(p)]
+        victims = mine()
+        for p in victims:
+            try:
+                os.kill(p, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + 5
+        while mine() and time.monotonic() < end:
+            time.sleep(0.05)
+        for p in mine():
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return victims
+
+    def run_egress(self):
+        """Egress through hutch-gateway (docs/network.md) against a test
+        network of the bench's own namespaces (EgressLab), beside the same
+        client on a direct path with no gateway: (1) GET of a small page,
+        new connection per request, HTTP (transparent :80) and HTTPS (:443,
+        TLS terminated by the gateway); (2) download of a large body,
+        MiB/s; (3) a DNS A query for the allowed name.  Everything it makes
+        (sandbox, hutchd, gateway, nftables table, namespaces) is removed at
+        the end."""
+        a = self.a
+        E = self.egress
+        missing = [t for t in ("nft", "ip", "openssl") if not shutil.which(t)]
+        if not os.access(os.path.join(self.build, "hutch-gateway"), os.X_OK):
+            missing.append("hutch-gateway (not built)")
+        if missing:
+            self.note("egress: %s missing: section skipped" % ", ".join(missing))
+            E["skipped"] = "missing: " + ", ".join(missing)
+            return
+        small, big = a.egress_page_bytes, a.egress_mib * 1048576
+        E.update({"page_bytes": small, "download_mib": a.egress_mib, "nft": tool_version(["nft", "--version"])})
+        lab = EgressLab(small, big)
+        self.lab_dir = lab.dir
+        d = c = None
+        try:
+            lab.start()
+            E["lab"] = {"server": lab.srv_ip, "direct_client": lab.cli_ip, "name": EGRESS_NAME}
+            log("egress lab: server %s (ns %s), direct client %s (ns %s)" % (lab.srv_ip, lab.ns_srv, lab.cli_ip,
+                                                                             lab.ns_cli))
+            d = Hutchd(self.build, "egress", pool=0, extra_args=[
+                "--egress", "--gateway-dns", lab.dns, "--gateway-upstream-ca", lab.ca,
+                "--gateway-public-cidr", "10.232.0.0/16"])
+            self.daemons.append(d)
+            h = d.start()
+            if not getattr(self, "cgroup_version", None):
+                self.cgroup_version = h.get("cgroup")
+            log("hutchd (egress) instance %s" % d.instance)
+            c = Client(d.sock, timeout=600)
+            policy = {"allow": ["%s:80" % EGRESS_NAME, "%s:443" % EGRESS_NAME]}
+            sb, ms = c.create({"template": "host", "network": {"egress": policy}})
+            d.created.add(sb["id"])
+            E["policy"] = policy
+            E["sandbox_create_ms"] = round(ms, 2)
+            self.egress_measure(c, sb["id"], lab, small, big)
+            st, js, _ = c.request("GET", "/v1/sandboxes/%s/egress?limit=100000" % sb["id"])
+            if st == 200 and isinstance(js, dict):
+                counts = {}
+                for x in js.get("decisions", []):
+                    k = "%s %s" % (x.get("proto"), x.get("decision"))
+                    counts[k] = counts.get(k, 0) + 1
+                E["audit_decisions"] = counts
+        except (ApiError, OSError, RuntimeError, subprocess.SubprocessError) as e:
+            self.note("egress: section stopped: %s" % str(e)[:500])
+            E["error"] = str(e)[:500]
+        finally:
+            if c is not None:
+                c.close()
+            if d is not None:
+                try:
+                    d.delete_all(conc=2, budget_s=60)
+                except (ApiError, OSError) as e:
+                    self.note("egress cleanup through the API failed: %r" % e)
+                d.stop(drain_pool=False)
+                self.eg_stop_gateway(d)
+                lo = d.cleanup_host()
+                if lo:
+                    self.note("hutchd (egress) left behind after SIGTERM: %s" % "; ".join(lo)[:500])
+                if d.instance:
+                    # The instance's nftables table stays after hutchd by design (loaded once, idempotent).
+                    t = "hutch_egress_" + d.instance
+                    if subprocess.run(["nft", "list", "table", "inet", t], capture_output=True, timeout=30).returncode == 0:
+                        r = subprocess.run(["nft", "delete", "table", "inet", t], capture_output=True, text=True,
+                                           timeout=30)
+                        if r.returncode != 0:
+                            self.note("egress cleanup: nft delete table inet %s: %s" % (t, r.stderr.strip()[:200]))
+            bad = lab.close()
+            if bad:
+                self.note("egress lab cleanup: %s" % "; ".join(bad)[:500])
+            self.lab_dir = None
+
+    def egress_measure(self, c, sid, lab, small, big):
+        a = self.a
+        E = self.egress
+        end = time.monotonic() + self.phase_budget()
+
+        def left():
+            return end - time.monotonic()
+
+        paths = ("gw", "direct")
+        # The same client on both paths; in the sandbox the name is resolved
+        # through the gateway's DNS once before the loop, the direct client
+        # is given the server's address.
+        base = {
+            "http": {"gw": {"mode": "get", "host": EGRESS_NAME, "addr": "resolve", "port": 80, "tls": False},
+                     "direct": {"mode": "get", "host": EGRESS_NAME, "addr": lab.srv_ip, "port": 80, "tls": False}},
+            "https": {"gw": {"mode": "get", "host": EGRESS_NAME, "addr": "resolve", "port": 443, "tls": True},
+                      "direct": {"mode": "get", "host": EGRESS_NAME, "addr": lab.srv_ip, "port": 443, "tls": True,
+                                 "cafile": lab.ca}},
+            "dns": {"gw": {"mode": "dns", "host": EGRESS_NAME, "addr": "resolv", "port": 53},
+                    "direct": {"mode": "dns", "host": EGRESS_NAME, "addr": lab.srv_ip, "port": 53}},
+        }
+        counts = {"http": a.egress_requests, "https": a.egress_requests, "dns": a.egress_dns}
+        rounds = max(1, a.egress_rounds)
+        lat = {(k, p): [] for k in base for p in paths}
+        warm = {(k, p): [] for k in base for p in paths}
+        errors, truncated = [], False
+
+        def take(kind, where, res, into, winto=None):
+            into.extend(res.get("ms", []))
+            if winto is not None:
+                winto.extend(res.get("warm_ms", []))
+            for e in res.get("errors", []):
+                errors.append("%s %s: %s" % (kind, where, e))
+            return res.get("truncated")
+
+        # (1) and (3): blocks of each path in turn, the order alternating per
+        # round, so that both see the same machine.
+        log("egress: %d requests per path (HTTP, HTTPS) and %d DNS queries, in %d rounds" % (
+            counts["http"], counts["dns"], rounds))
+        self.mark()
+        for r in range(rounds):
+            for kind in ("http", "https", "dns"):
+                per = counts[kind] // rounds + (1 if r < counts[kind] % rounds else 0)
+                if per <= 0:
+                    continue
+                for where in (paths if r % 2 == 0 else paths[::-1]):
+                    if left() <= 0 or len(errors) > 20:
+                        truncated = True
+                        break
+                    cfg = dict(base[kind][where], path="/small", size=small, n=per, warm=1,
+                               limit_s=max(1, min(300, int(left()))))
+                    truncated |= bool(take(kind, where, self.eg_client(where, cfg, c, sid, lab),
+                                           lat[(kind, where)], warm[(kind, where)]))
+        cpu = self.cpu()
+        if truncated:
+            self.note("egress: latency rows stopped early (time budget or errors)")
+        for kind in ("http", "https", "dns"):
+            for where in paths:
+                self.record("egress_%s_%s" % (kind, where), lat[(kind, where)], cpu=cpu)
+        E["first_request_ms"] = {"%s_%s" % k: round(v[0], 3) for k, v in warm.items() if v}
+        ratio, added = {}, {}
+        for kind in ("http", "https", "dns"):
+            g, dr = self.stats.get("egress_%s_gw" % kind), self.stats.get("egress_%s_direct" % kind)
+            if g and dr and g.get("n") and dr.get("n"):
+                ratio[kind] = {q: round(g[q] / dr[q], 2) for q in ("p50", "p90", "p99") if dr[q]}
+                added[kind] = {q: round(g[q] - dr[q], 3) for q in ("p50", "p90", "p99")}
+        E["latency_ratio_gw_over_direct"] = ratio
+        E["added_ms_gw_minus_direct"] = added
+
+        # (2) downloads of the big body, one per client run, alternating.
+        dl = {(k, p): [] for k in ("http", "https") for p in paths}
+        log("egress: %d downloads of %d MiB per path (HTTP, HTTPS)" % (a.egress_downloads, a.egress_mib))
+        self.mark()
+        for r in range(a.egress_downloads):
+            for kind in ("http", "https"):
+                for where in (paths if r % 2 == 0 else paths[::-1]):
+                    if left() <= 0 or len(errors) > 20:
+                        truncated = True
+                        break
+                    cfg = dict(base[kind][where], path="/big", size=big, n=1, warm=0,
+                               limit_s=max(1, min(300, int(left()))))
+                    take(kind + " download", where, self.eg_client(where, cfg, c, sid, lab), dl[(kind, where)])
+        cpu = self.cpu()
+        tp = {}
+        for kind in ("http", "https"):
+            row = {}
+            for where in paths:
+                mib_s = [round(a.egress_mib / (ms / 1000.0), 1) for ms in dl[(kind, where)] if ms > 0]
+                med = round(pct(sorted(mib_s), 50), 1) if mib_s else None
+                row[where] = {"mib_s_median": med, "mib_s": mib_s}
+                self.record("egress_download_%s_%s" % (kind, where), dl[(kind, where)], cpu=cpu, mib_s=med)
+            if row["gw"]["mib_s_median"] and row["direct"]["mib_s_median"]:
+                row["ratio_gw_over_direct"] = round(row["gw"]["mib_s_median"] / row["direct"]["mib_s_median"], 2)
+            tp[kind] = row
+        E["throughput"] = tp
+        if errors:
+            self.note("egress: %d client errors, first: %s" % (len(errors), errors[0][:300]))
+            E["errors"] = errors[:20]
+        self.egress_raw = {"warm_ms": {"%s_%s" % k: v for k, v in warm.items()},
+                           "download_ms": {"%s_%s" % k: v for k, v in dl.items()}}
+
     def snapshot_binaries(self):
         """Run private copies of the binaries: a `make` elsewhere during the
         run (others work in this tree) must not swap them mid-measurement."""
         src = self.build
         self.bin_dir = tempfile.mkdtemp(prefix="hbench-bin-", dir="/tmp")
-        for b in ("hutchd", "hutch-shim", "hutch-init"):
+        for b in ("hutchd", "hutch-shim", "hutch-init", "hutch-gateway"):
+            if b == "hutch-gateway" and not os.path.exists(os.path.join(src, b)):
+                continue  # optional: the egress section is skipped without it
             shutil.copy2(os.path.join(src, b), os.path.join(self.bin_dir, b))
         self.build = self.bin_dir
         try:
@@ -2062,6 +2603,8 @@ while True:
                 self.run_storage()
             if "gvisor" in self.a.only and self.budget.ok(self.a.reserve_s):
                 self.run_gvisor()
+            if "egress" in self.a.only and self.budget.ok(self.a.reserve_s):
+                self.run_egress()
         finally:
             for d in self.daemons:
                 try:

@@ -35,8 +35,8 @@ static void usage(FILE *f) {
           "                      space, at most 1T); a larger size grows an existing image\n"
           "  --storage-quota Q   per-sandbox disk limits: auto|on|off (default auto: on for hutchd's image)\n"
           "  --max-fork N        most sandboxes one fork call makes (default 100)\n"
-          "  --egress            run hutch-gateway: sandboxes whose network.egress allows it get a way\n"
-          "                      out through it only (docs/network.md); one hutchd per host\n"
+          "  --no-egress         no sandbox gets a way out, whatever its network.egress (default:\n"
+          "                      hutch-gateway starts when the first sandbox needs it; docs/network.md)\n"
           "  --gateway-dns IP:PORT  the resolver the gateway uses (default: the host's first)\n"
           "  --gateway-upstream-ca FILE  CA bundle for upstream TLS (default: the host's)\n"
           "  --gateway-public-cidr CIDR  a private range the gateway treats as public (test networks)\n"
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
       {"storage", required_argument, NULL, 'S'},   {"storage-size", required_argument, NULL, 'Z'},
       {"storage-quota", required_argument, NULL, 'Q'}, {"max-fork", required_argument, NULL, 'K'},
       {"runsc", required_argument, NULL, 'R'},      {"runsc-platform", required_argument, NULL, 'G'},
-      {"egress", no_argument, NULL, 'E'},           {"gateway-dns", required_argument, NULL, 'D'},
+      {"egress", no_argument, NULL, 'E'},           {"no-egress", no_argument, NULL, 'N'},           {"gateway-dns", required_argument, NULL, 'D'},
       {"gateway-upstream-ca", required_argument, NULL, 'C'},
       {"gateway-public-cidr", required_argument, NULL, 'Y'},
       {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0},
@@ -141,6 +141,7 @@ int main(int argc, char **argv) {
         break;
       }
       case 'E': ctx.cfg.egress = true; break;
+      case 'N': ctx.cfg.egress = false; break;
       case 'D': free(ctx.cfg.gateway_dns), ctx.cfg.gateway_dns = xstrdup(optarg); break;
       case 'Y': free(ctx.cfg.gateway_public_cidr), ctx.cfg.gateway_public_cidr = xstrdup(optarg); break;
       case 'C': free(ctx.cfg.gateway_upstream_ca), ctx.cfg.gateway_upstream_ca = xstrdup(optarg); break;

@@ -39,7 +39,7 @@ def lab():
 
 @pytest.fixture(scope="module")
 def gw(lab):
-    d = Hutchd(args=["--egress", "--gateway-dns", lab.dns, "--gateway-upstream-ca", lab.ca,
+    d = Hutchd(args=["--gateway-dns", lab.dns, "--gateway-upstream-ca", lab.ca,
                      "--gateway-public-cidr", "10.232.0.0/16"])
     d.start()
     yield d
@@ -320,3 +320,24 @@ def test_gateway_restart_fails_closed_then_recovers(api, sb, gw, lab):
     # Meanwhile nothing gets out; hutchd restarts it and pushes the policies.
     assert hostutil.wait_until(lambda: "hello" in curl(api, sb["id"], "https://allowed.test/back", 5)["stdout"],
                                30, interval=1, what="egress back after the gateway restarted")
+
+
+def test_no_egress_refuses_policies_and_a_gateway_is_not_left_behind(start_hutchd, lab):
+    d = start_hutchd(args=["--no-egress"])
+    c = d.client()
+    r = c.create(template="host", network={"egress": POLICY})
+    assert r.status == 409 and "no-egress" in r.json["error"]["message"], r
+    assert c.create(template="host", network={"egress": "none"}).status == 201
+    # A hutchd that made a gateway removes it, and its table, once it exits
+    # with no sandbox left.
+    d2 = start_hutchd(args=["--gateway-dns", lab.dns, "--gateway-public-cidr", "10.232.0.0/16"])
+    c2 = d2.client()
+    s = c2.create_ok(template="host", network={"egress": POLICY})
+    table = "hutch_egress_%s" % d2.instance
+    assert table in subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    c2.delete_ok(s["id"])
+    assert d2.stop() == []
+    assert table not in subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    assert hostutil.wait_until(lambda: not [p for p in hostutil.all_pids()
+                                            if d2.data_dir in " ".join(hostutil.proc_cmdline(p) or [])], 5)
+    d2.expect_exit = True

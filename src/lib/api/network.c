@@ -40,7 +40,7 @@ void hutch_h_network_put(struct hutch_req *req, struct hutch_resp *resp) {
     hutch_sandbox_rec_free(&r);
     json_decref(net);
     if (!ctx->cfg.egress)
-      hutch_api_errorf(resp, 409, "conflict", "egress is not enabled on this hutchd (start it with --egress)");
+      hutch_api_errorf(resp, 409, "conflict", "egress is turned off on this hutchd (--no-egress)");
     else
       hutch_api_errorf(resp, 400, "invalid_argument", "field `egress`: the gvisor runtime has loopback only for now");
     return;

@@ -103,7 +103,7 @@ static int parse_create(struct hutch_ctx *ctx, json_t *body, struct hutch_create
   if (hutch_egress_wanted_json(cr->network)) {
     if (!ctx->cfg.egress)
       return hutch_err_set(err, 409, "conflict",
-                           "field `network.egress`: egress is not enabled on this hutchd (start it with --egress)");
+                           "field `network.egress`: egress is turned off on this hutchd (--no-egress)");
     if (!strcmp(cr->runtime, "gvisor"))
       return hutch_err_invalid(err, "field `network.egress`: the gvisor runtime has loopback only for now");
   }

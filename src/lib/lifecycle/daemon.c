@@ -47,6 +47,7 @@ void hutch_config_defaults(struct hutch_config *c) {
   c->storage_backend = xstrdup("auto");
   c->storage_quota = xstrdup("auto");
   c->max_fork = 100;
+  c->egress = true;
 }
 
 void hutch_config_free(struct hutch_config *c) {
@@ -707,6 +708,7 @@ void hutch_ctx_stop(struct hutch_ctx *ctx) {
   }
   for (size_t i = 0; i < ctx->nbusy; i++) free(ctx->busy[i]);
   free(ctx->busy);
+  hutch_egress_stop(ctx);
   /* Leave no empty per-instance cgroup parents behind when nothing runs. */
   if (hutch_db_sandbox_count(ctx->db) == 0) {
     hutch_cgroup_cleanup_instance(ctx->instance);

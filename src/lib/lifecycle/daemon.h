@@ -41,7 +41,7 @@ struct hutch_config {
   uint32_t max_fork;     /* most sandboxes one fork call makes */
   char *runsc_path;      /* gvisor: runsc binary (NULL: from PATH) */
   char *runsc_platform;  /* gvisor: ptrace | kvm | systrap (NULL: ptrace) */
-  bool egress;           /* run hutch-gateway and give sandboxes a way out (docs/network.md) */
+  bool egress;           /* sandboxes may have a way out, through hutch-gateway (docs/network.md); default on */
   char *gateway_dns;     /* IP:PORT the gateway resolves with (NULL: the host's first resolver) */
   char *gateway_upstream_ca; /* CA bundle the gateway verifies upstream TLS with (NULL: the host's) */
   char *gateway_public_cidr; /* a private range the gateway treats as public (test networks) */
@@ -72,6 +72,7 @@ struct hutch_ctx {
   uint64_t started_ms;
   unsigned char token_key[32]; /* HMAC key of attach tokens (DATA/secret.key) */
   uint32_t egress_ports[4];    /* the gateway's dns, proxy, http, tls ports */
+  bool egress_ready;           /* ruleset loaded and gateway started (lifecycle/egress.c) */
 };
 
 /* Open the database, build the host template, reconcile state left by a

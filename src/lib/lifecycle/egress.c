@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
@@ -185,6 +186,9 @@ static int spawn_gateway(struct hutch_ctx *ctx, hutch_err *err) {
     if (gateway_alive(ctx)) {
       char p[16];
       snprintf(p, sizeof p, "%d", (int)pid);
+      cleanup_free char *pidf = xasprintf("%s/gateway.pid", ctx->cfg.run_dir);
+      hutch_err pe = HUTCH_ERR_INIT;
+      write_file(pidf, p, strlen(p), 0600, &pe);
       hutch_log(LOG_INFO, "gateway.started", "pid", p, "ports", ports, NULL);
       return 0;
     }
@@ -227,6 +231,24 @@ static void push_all(struct hutch_ctx *ctx) {
   free(v);
 }
 
+/* The ruleset and the gateway, made when the first sandbox with a way out
+ * needs them (most hutchd never do), or at start when one exists. */
+static pthread_mutex_t ensure_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int ensure(struct hutch_ctx *ctx, hutch_err *err) {
+  pthread_mutex_lock(&ensure_mu);
+  int rc = 0;
+  if (!ctx->egress_ready) {
+    struct hutch_nft_ports ports = {.dns = (uint16_t)ctx->egress_ports[0], .proxy = (uint16_t)ctx->egress_ports[1],
+                                    .http = (uint16_t)ctx->egress_ports[2], .tls = (uint16_t)ctx->egress_ports[3]};
+    if (hutch_nft_setup(ctx->instance, &ports, err) < 0) rc = hutch_err_wrap(err, "egress ruleset");
+    else if (!gateway_alive(ctx) && spawn_gateway(ctx, err) < 0) rc = hutch_err_wrap(err, "egress gateway");
+    else ctx->egress_ready = true;
+  }
+  pthread_mutex_unlock(&ensure_mu);
+  return rc;
+}
+
 int hutch_egress_start(struct hutch_ctx *ctx, hutch_err *err) {
   if (!ctx->cfg.egress) return 0;
   /* Ports from the instance name: two hutchd on one host do not collide. */
@@ -242,18 +264,50 @@ int hutch_egress_start(struct hutch_ctx *ctx, hutch_err *err) {
       if (sscanf(l, "nameserver %63s", ns) == 1) break;
     ctx->cfg.gateway_dns = xasprintf("%s:53", ns[0] ? ns : "127.0.0.1");
   }
-  struct hutch_nft_ports ports = {.dns = (uint16_t)ctx->egress_ports[0], .proxy = (uint16_t)ctx->egress_ports[1],
-                                  .http = (uint16_t)ctx->egress_ports[2], .tls = (uint16_t)ctx->egress_ports[3]};
-  if (hutch_nft_setup(ctx->instance, &ports, err) < 0) return hutch_err_wrap(err, "egress ruleset");
-  if (!gateway_alive(ctx) && spawn_gateway(ctx, err) < 0) return hutch_err_wrap(err, "egress gateway");
+  /* Sandboxes with a way out from before a restart: the gateway (which
+   * outlives hutchd) gets their policies again. */
+  struct hutch_sandbox_rec *v = NULL;
+  size_t n = 0;
+  bool any = gateway_alive(ctx);
+  if (hutch_db_sandbox_list(ctx->db, NULL, &v, &n, err) < 0) return -1;
+  for (size_t i = 0; i < n; i++) {
+    if (hutch_egress_wanted(&v[i])) any = true;
+    hutch_sandbox_rec_free(&v[i]);
+  }
+  free(v);
+  if (!any) return 0;
+  if (ensure(ctx, err) < 0) return -1;
   push_all(ctx);
   return 0;
 }
 
-void hutch_egress_stop(struct hutch_ctx *ctx) { (void)ctx; /* the gateway outlives hutchd, like the shims */ }
+void hutch_egress_stop(struct hutch_ctx *ctx) {
+  /* The gateway outlives hutchd, like the shims, while sandboxes may need
+   * it; with none left, it and the ruleset go. */
+  if (!ctx->cfg.egress || !ctx->egress_ready || hutch_db_sandbox_count(ctx->db) != 0) return;
+  cleanup_free char *pidf = xasprintf("%s/gateway.pid", ctx->cfg.run_dir);
+  hutch_err e = HUTCH_ERR_INIT;
+  cleanup_free char *pid = read_file(pidf, 32, NULL, &e);
+  if (pid && atoi(pid) > 0) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", atoi(pid));
+    cleanup_free char *cmd = read_file(path, 8192, NULL, &e);
+    cleanup_free char *sock = control_path(ctx);
+    /* Only if that pid is still our gateway. */
+    bool ours = false;
+    if (cmd) {
+      for (size_t i = 0; i + 1 < 8192 && (cmd[i] || cmd[i + 1]); i++)
+        if (!cmd[i]) cmd[i] = ' ';
+      ours = strstr(cmd, "hutch-gateway") && strstr(cmd, sock);
+    }
+    if (ours) kill(atoi(pid), SIGTERM);
+  }
+  unlink(pidf);
+  hutch_nft_teardown(ctx->instance, &e);
+}
 
 void hutch_egress_tick(struct hutch_ctx *ctx) {
-  if (!ctx->cfg.egress || gateway_alive(ctx)) return;
+  if (!ctx->cfg.egress || !ctx->egress_ready || gateway_alive(ctx)) return;
   hutch_err err = HUTCH_ERR_INIT;
   hutch_log(LOG_WARN, "gateway.lost", "action", "restart", NULL);
   if (spawn_gateway(ctx, &err) < 0) {
@@ -289,7 +343,8 @@ static int write_guest_files(struct hutch_ctx *ctx, const struct hutch_sandbox_r
 int hutch_egress_up(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, hutch_err *err) {
   if (!hutch_egress_wanted(r)) return 0;
   if (!ctx->cfg.egress)
-    return hutch_err_set(err, 409, "conflict", "egress is not enabled on this hutchd (start it with --egress)");
+    return hutch_err_set(err, 409, "conflict", "egress is turned off on this hutchd (--no-egress)");
+  if (ensure(ctx, err) < 0) return -1;
   if (r->uid_slot < 0 || r->init_pid <= 0) return hutch_err_sys(err, EINVAL, "sandbox `%s` is not running", r->id);
   uint32_t host, sb;
   char ifname[16];
@@ -308,7 +363,7 @@ int hutch_egress_up(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r, hu
 }
 
 void hutch_egress_down(struct hutch_ctx *ctx, const struct hutch_sandbox_rec *r) {
-  if (!ctx->cfg.egress || r->uid_slot < 0) return;
+  if (!ctx->cfg.egress || !ctx->egress_ready || r->uid_slot < 0) return;
   hutch_err e = HUTCH_ERR_INIT;
   uint32_t host, sb;
   char ifname[16];
