@@ -4,7 +4,7 @@ measured in the same invocation (issue 3).  See bench/README.md.
 
     make bench                                 # default sizes (a few minutes)
     /usr/bin/python3 bench/bench.py --quick    # smoke run, ~30-60 s
-    /usr/bin/python3 bench/bench.py --only storage   # one section: api, pool, storage, gvisor
+    /usr/bin/python3 bench/bench.py --only storage   # one section: api, pool, storage, gvisor, egress
 
 Every client talks HTTP/1.1 to hutchd over its unix socket.  Unless a row
 says otherwise, each client thread keeps ONE keep-alive connection for all
@@ -2358,8 +2358,10 @@ while True:
             raise RuntimeError("egress client (%s) exited %s: %s %s" % (where, rc, out[-300:], err[-600:]))
 
     def eg_stop_gateway(self, d):
-        """hutch-gateway outlives hutchd by design (like the shims): stop this
-        instance's, by pid (its command line names the instance's run dir)."""
+        """Stop this instance's hutch-gateway if it is still running after
+        hutchd (hutchd stops it when it exits with no sandbox left; older
+        builds left it running by design), by pid: its command line names
+        the instance's run dir."""
         mine = lambda: [p for p in pids() if "hutch-gateway" in proc_cmdline(p)  # noqa: E731
                         and (d.run + "/") in proc_cmdline(p)]
         victims = mine()
@@ -2445,7 +2447,7 @@ while True:
                 if lo:
                     self.note("hutchd (egress) left behind after SIGTERM: %s" % "; ".join(lo)[:500])
                 if d.instance:
-                    # The instance's nftables table stays after hutchd by design (loaded once, idempotent).
+                    # The instance's nftables table, if hutchd left it (older builds did, by design).
                     t = "hutch_egress_" + d.instance
                     if subprocess.run(["nft", "list", "table", "inet", t], capture_output=True, timeout=30).returncode == 0:
                         r = subprocess.run(["nft", "delete", "table", "inet", t], capture_output=True, text=True,
@@ -2528,6 +2530,7 @@ while True:
 
         # (2) downloads of the big body, one per client run, alternating.
         dl = {(k, p): [] for k in ("http", "https") for p in paths}
+        truncated = False
         log("egress: %d downloads of %d MiB per path (HTTP, HTTPS)" % (a.egress_downloads, a.egress_mib))
         self.mark()
         for r in range(a.egress_downloads):
@@ -2540,6 +2543,9 @@ while True:
                                limit_s=max(1, min(300, int(left()))))
                     take(kind + " download", where, self.eg_client(where, cfg, c, sid, lab), dl[(kind, where)])
         cpu = self.cpu()
+        if truncated:
+            self.note("egress: downloads stopped early by the time budget or errors (%d of %d done)" % (
+                sum(len(v) for v in dl.values()), 4 * a.egress_downloads))
         tp = {}
         for kind in ("http", "https"):
             row = {}
@@ -2760,6 +2766,22 @@ def table(b, targets, rat):
             ("  per copy (fork wall / 4)", "gvisor_fork_per_copy", ""),
             ("  delete a fork copy", "gvisor_fork_delete", ""),
         ]
+    if any(k.startswith("egress_") for k in b.stats):
+        eg = getattr(b, "egress", None) or {}
+        pg, mib = eg.get("page_bytes", "?"), eg.get("download_mib", "?")
+        rows += [
+            ("egress (hutch-gateway; its own hutchd, lab netns):", None, ""),
+            ("GET %s B, HTTP :80, sandbox → gateway" % pg, "egress_http_gw", "transparent; new connection each"),
+            ("GET %s B, HTTP :80, direct (no gateway)" % pg, "egress_http_direct", "lab client netns → server netns"),
+            ("GET %s B, HTTPS :443, sandbox → gateway" % pg, "egress_https_gw", "TLS terminated by the gateway"),
+            ("GET %s B, HTTPS :443, direct (no gateway)" % pg, "egress_https_direct", ""),
+            ("download %s MiB, HTTP, sandbox → gateway" % mib, "egress_download_http_gw", ""),
+            ("download %s MiB, HTTP, direct" % mib, "egress_download_http_direct", ""),
+            ("download %s MiB, HTTPS, sandbox → gateway" % mib, "egress_download_https_gw", ""),
+            ("download %s MiB, HTTPS, direct" % mib, "egress_download_https_direct", ""),
+            ("DNS A %s, sandbox → gateway" % EGRESS_NAME, "egress_dns_gw", "the gateway asks the lab DNS"),
+            ("DNS A %s, direct to the lab DNS" % EGRESS_NAME, "egress_dns_direct", ""),
+        ]
     for i, (label, key, note) in enumerate(rows):
         if key is None:
             # a heading: only when a row under it has data
@@ -2780,6 +2802,8 @@ def table(b, targets, rat):
             extra.append("pause %s ms between creates" % s["pace_ms"])
         if "per_s" in s:
             extra.append("%s/s" % s["per_s"])
+        if s.get("mib_s") is not None:
+            extra.append("%.0f MiB/s (median)" % s["mib_s"])
         if "continued" in s:
             extra.append("process continued %d/%d" % (s["continued"], s["of"]))
         if "copies_answered" in s:
@@ -2883,6 +2907,31 @@ def table(b, targets, rat):
         if sr and sr.get("failures"):
             L.append("  suspend/restore FAILED: %s" % "; ".join(sr["failures"])[:400])
         L.append("")
+    eg = getattr(b, "egress", None) or {}
+    if eg and not eg.get("skipped"):
+        L.append("egress: hutch-gateway against the bench's lab namespaces (%s → server %s), policy %s" % (
+            EGRESS_NAME, (eg.get("lab") or {}).get("server", "?"), json.dumps(eg.get("policy"))))
+        for kind, what in (("http", "GET, HTTP"), ("https", "GET, HTTPS"), ("dns", "DNS A query")):
+            r, ad = (eg.get("latency_ratio_gw_over_direct") or {}).get(kind), (eg.get("added_ms_gw_minus_direct") or {}).get(kind)
+            if r and ad:
+                L.append("  %-12s gateway / direct:  p50 %.2f  p90 %.2f  p99 %.2f;  added p50 %+.2f ms, p99 %+.2f ms" % (
+                    what, r.get("p50", 0), r.get("p90", 0), r.get("p99", 0), ad["p50"], ad["p99"]))
+        for kind in ("http", "https"):
+            t = (eg.get("throughput") or {}).get(kind)
+            if t and t["gw"]["mib_s_median"] and t["direct"]["mib_s_median"]:
+                L.append("  download %s MiB, %-5s MiB/s (median of %d): gateway %.0f, direct %.0f, ratio %.2f  (gateway %s; direct %s)" % (
+                    eg.get("download_mib"), kind.upper(), len(t["gw"]["mib_s"]), t["gw"]["mib_s_median"],
+                    t["direct"]["mib_s_median"], t.get("ratio_gw_over_direct", 0),
+                    " ".join("%.0f" % x for x in t["gw"]["mib_s"]), " ".join("%.0f" % x for x in t["direct"]["mib_s"])))
+        fr = eg.get("first_request_ms")
+        if fr:
+            L.append("  untimed warm-up request of the first run on each path (leaf certificate, caches): %s" % ", ".join(
+                "%s %.1f ms" % (k, v) for k, v in sorted(fr.items())))
+        if eg.get("audit_decisions"):
+            L.append("  the gateway's audit log for the sandbox: %s" % json.dumps(eg["audit_decisions"], sort_keys=True))
+        if eg.get("error"):
+            L.append("  section stopped: %s" % eg["error"][:300])
+        L.append("")
     L.append("targets (issue 3; storage; gvisor):")
     for t in targets:
         L.append("  %-7s %-62s %-12s %s" % (t["result"], t["what"], t["bound"],
@@ -2909,7 +2958,9 @@ def plot(b, out_png):
               ("create, gvisor (gvisor section)", "gvisor_create"),
               ("exec true, gvisor", "gvisor_exec"),
               ("restore, gvisor (idle Python)", "gvisor_restore"),
-              ("fork ×4, gvisor", "gvisor_fork")]
+              ("fork ×4, gvisor", "gvisor_fork"),
+              ("GET, HTTP via the egress gateway", "egress_http_gw"), ("GET, HTTP direct", "egress_http_direct"),
+              ("GET, HTTPS via the egress gateway", "egress_https_gw"), ("GET, HTTPS direct", "egress_https_direct")]
     series = [(t, k) for t, k in series if b.samples.get(k)]
     if not series or not shutil.which("gnuplot"):
         return False
@@ -2963,7 +3014,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5, help="untimed create+exec+delete before measuring (default 5)")
     ap.add_argument("--settle-s", type=float, default=1.0, help="pause before a density measurement (default 1)")
     ap.add_argument("--only", default=",".join(SECTIONS),
-                    help="comma-separated sections to run: api (no pool), pool, storage, gvisor (default: all)")
+                    help="comma-separated sections to run: api (no pool), pool, storage, gvisor, egress (default: all)")
     ap.add_argument("--storage-mib", type=int, default=1024, help="size of the big template's random file (default 1024)")
     ap.add_argument("--storage-creates", type=int, default=50,
                     help="creates from each of the big and the busybox template (default 50)")
@@ -2978,6 +3029,14 @@ def main():
     ap.add_argument("--gvisor-full-snapshots", type=int, default=3,
                     help="full snapshots (memory + files) of the running sandbox (default 3)")
     ap.add_argument("--gvisor-forks", type=int, default=3, help="fork ×4 calls (default 3)")
+    ap.add_argument("--egress-requests", type=int, default=200,
+                    help="GETs of the small page per path, HTTP and HTTPS each (default 200)")
+    ap.add_argument("--egress-dns", type=int, default=200, help="DNS queries per path (default 200)")
+    ap.add_argument("--egress-page-bytes", type=int, default=100, help="size of the small page (default 100)")
+    ap.add_argument("--egress-mib", type=int, default=64, help="size of the downloaded body in MiB (default 64)")
+    ap.add_argument("--egress-downloads", type=int, default=3, help="downloads per path and protocol (default 3)")
+    ap.add_argument("--egress-rounds", type=int, default=4,
+                    help="blocks the requests are split into, alternating the paths (default 4)")
     ap.add_argument("--max-seconds", type=float, default=900, help="hard bound on the whole run (default 900)")
     ap.add_argument("--reserve-s", type=float, default=60, help="part of the bound kept for cleanup (default 60)")
     ap.add_argument("--results-dir", default=RESULTS, help="where JSON and PNG go (default bench/results)")
@@ -2990,6 +3049,8 @@ def main():
         a.storage_creates, a.storage_snapshots, a.storage_forks = min(a.storage_creates, 10), min(a.storage_snapshots, 5), 1
         a.gvisor_creates, a.gvisor_execs, a.gvisor_cycles = min(a.gvisor_creates, 5), min(a.gvisor_execs, 20), min(a.gvisor_cycles, 3)
         a.gvisor_full_snapshots, a.gvisor_forks = min(a.gvisor_full_snapshots, 1), min(a.gvisor_forks, 1)
+        a.egress_requests, a.egress_dns = min(a.egress_requests, 30), min(a.egress_dns, 30)
+        a.egress_mib, a.egress_rounds = min(a.egress_mib, 16), min(a.egress_rounds, 2)
         a.max_seconds = min(a.max_seconds, 180)
         a.reserve_s = min(a.reserve_s, 30)
     a.density = [int(x) for x in str(a.density).split(",") if x.strip()]
@@ -2999,6 +3060,8 @@ def main():
             sys.exit("bench: --only: unknown section `%s` (%s)" % (x, ", ".join(SECTIONS)))
     if a.storage_mib < 2 or a.fork_count < 1:
         sys.exit("bench: --storage-mib >= 2 and --fork-count >= 1")
+    if a.egress_mib < 1 or a.egress_page_bytes < 1 or min(a.egress_requests, a.egress_dns, a.egress_downloads) < 0:
+        sys.exit("bench: --egress-mib >= 1, --egress-page-bytes >= 1, egress counts >= 0")
     if os.geteuid() != 0:
         sys.exit("bench: must run as root (hutchd needs it)")
     b = Bench(a)
@@ -3043,6 +3106,7 @@ def main():
         "density": b.density,
         "storage": b.storage,
         "gvisor": b.gvisor,
+        "egress": b.egress,
         "ratios": rat,
         "qemu": "n/a (no vm runtime yet)",
         "targets": targets,
@@ -3053,7 +3117,8 @@ def main():
     latest = os.path.join(a.results_dir, "latest.json")
     with open(os.path.join(a.results_dir, stamp + ".json"), "w") as f:
         json.dump(dict(doc, samples_ms={k: [round(x, 3) for x in v] for k, v in b.samples.items()},
-                       storage_raw=b.storage_raw, gvisor_raw=b.gvisor_raw), f)
+                       storage_raw=b.storage_raw, gvisor_raw=b.gvisor_raw,
+                       egress_raw=b.egress_raw), f)
     with open(latest, "w") as f:
         json.dump(doc, f, indent=1, sort_keys=False)
         f.write("\n")
