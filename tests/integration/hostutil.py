@@ -8,7 +8,7 @@ import sqlite3
 import subprocess
 import time
 
-HUTCH_PROCESS_NAMES = ("hutch-shim", "hutch-init")
+HUTCH_PROCESS_NAMES = ("hutch-shim", "hutch-init", "hutch-gateway")
 # The controllers hutch uses on cgroup v1 (docs: memory, pids, cpu, freezer).
 V1_CONTROLLERS = ("memory", "pids", "cpu", "freezer")
 
