@@ -249,7 +249,12 @@ def test_absolute_form_with_mismatched_host_duplicate_host_and_smuggling(api, sb
             b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"]
     code = ("import socket,sys\n"
             "s=socket.create_connection((sys.argv[1],3128),timeout=10); s.sendall(sys.argv[2].encode('latin1'))\n"
-            "print(s.recv(300))\n")
+            "d=b''\n"
+            "while len(d) < 4096:\n"
+            "  x=s.recv(4096)\n"
+            "  if not x: break\n"
+            "  d+=x\n"
+            "print(d)\n")
     m = lab.mark()
     for q in reqs:
         r = api.exec(sb["id"], argv=["python3", "-c", code, gwip, q.decode("latin1")], timeout_s=30).json

@@ -668,7 +668,12 @@ static int tar_in_data(void *state, const char *buf, size_t n, struct hutch_resp
     uint32_t id = hutch_shim_conn_send(&t->c, HUTCH_MSG_STDIN, b.data, b.len, &err);
     hutch_buf_free(&b);
     if (!id || tar_in_pump(t, id, &err) < 0) {
-      if (t->exited) break; /* tar stopped reading: its exit says why */
+      /* tar stopped reading (it may stop at the end-of-archive blocks,
+       * before the record's padding): the shim can answer "finished"
+       * before the exit frame is read.  Its exit says whether it worked. */
+      hutch_err e2 = HUTCH_ERR_INIT;
+      if (!t->exited && id && err.errnum == EPIPE) tar_in_pump(t, 0, &e2);
+      if (t->exited) break;
       hutch_api_error(resp, &err);
       return -1;
     }
@@ -688,6 +693,8 @@ static void tar_in_end(void *state, struct hutch_req *req, struct hutch_resp *re
     uint32_t id = hutch_shim_conn_send(&t->c, HUTCH_MSG_STDIN_CLOSE, b.data, b.len, &err);
     hutch_buf_free(&b);
     if (!id || tar_in_pump(t, id, &err) < 0 || (!t->exited && tar_in_pump(t, 0, &err) < 0)) {
+      hutch_err e2 = HUTCH_ERR_INIT;
+      if (!t->exited && id && err.errnum == EPIPE) tar_in_pump(t, 0, &e2); /* as in tar_in_data */
       if (!t->exited) {
         hutch_api_error(resp, &err);
         tar_in_abort(t);
