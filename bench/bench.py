@@ -1611,17 +1611,22 @@ class Bench:
                     self.storage_fork(d, c, sid, over)
         finally:
             c.close()
-            try:
-                d.delete_all(conc=4, budget_s=60)
-                bad = d.delete_storage(budget_s=60)
-                if bad:
-                    self.note("storage cleanup: %s" % "; ".join(bad)[:500])
-            except (ApiError, OSError) as e:
-                self.note("storage cleanup through the API failed: %r" % e)
-            d.stop(drain_pool=False)
-            lo = d.cleanup_host()
-            if lo:
-                self.note("hutchd (storage) left behind after SIGTERM: %s" % "; ".join(lo)[:500])
+            self.retire_daemon(d, "storage", conc=4, budget_s=60)
+
+    def retire_daemon(self, d, what, conc, budget_s):
+        """Delete a section's sandboxes, snapshots and templates, stop its
+        hutchd, and note anything left on the host."""
+        try:
+            d.delete_all(conc=conc, budget_s=budget_s)
+            bad = d.delete_storage(budget_s=60)
+            if bad:
+                self.note("%s cleanup: %s" % (what, "; ".join(bad)[:500]))
+        except (ApiError, OSError) as e:
+            self.note("%s cleanup through the API failed: %r" % (what, e))
+        d.stop(drain_pool=False)
+        lo = d.cleanup_host()
+        if lo:
+            self.note("hutchd (%s) left behind after SIGTERM: %s" % (what, "; ".join(lo)[:500]))
 
     def storage_info(self, c):
         """GET /v1/storage?sync=true: the pool, after a btrfs commit (so
@@ -2011,17 +2016,7 @@ while True:
             G["error"] = str(e)[:500]
         finally:
             c.close()
-            try:
-                d.delete_all(conc=2, budget_s=120)
-                bad = d.delete_storage(budget_s=60)
-                if bad:
-                    self.note("gvisor cleanup: %s" % "; ".join(bad)[:500])
-            except (ApiError, OSError) as e:
-                self.note("gvisor cleanup through the API failed: %r" % e)
-            d.stop(drain_pool=False)
-            lo = d.cleanup_host()
-            if lo:
-                self.note("hutchd (gvisor) left behind after SIGTERM: %s" % "; ".join(lo)[:500])
+            self.retire_daemon(d, "gvisor", conc=2, budget_s=120)
 
     def gvisor_creates(self, d, c, over):
         """(1) POST /v1/sandboxes?wait=true with runtime gvisor and with

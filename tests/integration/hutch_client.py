@@ -52,6 +52,21 @@ class Resp(collections.namedtuple("Resp", "status json headers")):
         return "Resp(status=%r, body=%r)" % (self.status, body)
 
 
+def _read_response(conn):
+    """The response on `conn`, its body parsed as JSON when it is JSON."""
+    r = conn.getresponse()
+    data = r.read()
+    parsed = None
+    if data:
+        try:
+            parsed = json.loads(data)
+        except ValueError:
+            parsed = None
+    resp = Resp(r.status, parsed, _Headers(r.getheaders()))
+    resp.raw = data
+    return resp
+
+
 class Client:
     """Client for one hutchd.  Either `socket_path` or `url` (http://host:port)."""
 
@@ -103,17 +118,7 @@ class Client:
                     conn.send(body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the server may answer before reading it all
-            r = conn.getresponse()
-            data = r.read()
-            parsed = None
-            if data:
-                try:
-                    parsed = json.loads(data)
-                except ValueError:
-                    parsed = None
-            resp = Resp(r.status, parsed, _Headers(r.getheaders()))
-            resp.raw = data
-            return resp
+            return _read_response(conn)
         finally:
             conn.close()
 
@@ -353,17 +358,7 @@ class Client:
                 conn.send(b"0\r\n\r\n")
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the server answered early; read its answer
-            r = conn.getresponse()
-            data = r.read()
-            parsed = None
-            if data:
-                try:
-                    parsed = json.loads(data)
-                except ValueError:
-                    parsed = None
-            resp = Resp(r.status, parsed, _Headers(r.getheaders()))
-            resp.raw = data
-            return resp
+            return _read_response(conn)
         finally:
             conn.close()
 
