@@ -539,7 +539,7 @@ static int do_suspend(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, hutch_
     }
     cleanup_free char *js = xasprintf("\"%s\"", snap);
     if (hutch_db_sandbox_set_field(ctx->db, r->id, "checkpoint", js, err) < 0) goto fail;
-    hutch_snapshots_retire_suspends(ctx, r->id, snap);
+    hutch_snapshots_retire_full(ctx, r->id, snap);
   }
   if (runtime_down(ctx, r, err) < 0) goto fail;
   FAULT("suspend.shim");
@@ -738,7 +738,7 @@ static int do_snapshot(struct hutch_ctx *ctx, struct hutch_sandbox_rec *r, const
     }
     /* Full snapshots have their own retention tier (policy keep_full); the
      * one a pending restore needs is never retired. */
-    hutch_snapshots_retire_suspends(ctx, r->id, snap_id);
+    hutch_snapshots_retire_full(ctx, r->id, snap_id);
     return 0;
   }
   cleanup_free char *src = snapshot_source(ctx, r->id);

@@ -196,7 +196,7 @@ void hutch_snapshots_reconcile(struct hutch_ctx *ctx) {
   free(v);
 }
 
-void hutch_snapshots_retire_suspends(struct hutch_ctx *ctx, const char *sb_id, const char *keep) {
+void hutch_snapshots_retire_full(struct hutch_ctx *ctx, const char *sb_id, const char *keep) {
   struct hutch_sandbox_rec r;
   hutch_err err = HUTCH_ERR_INIT;
   uint32_t keep_full = 3;

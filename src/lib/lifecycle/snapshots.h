@@ -53,7 +53,7 @@ void hutch_snapshots_reconcile(struct hutch_ctx *ctx);
 /* Keep the newest `keep_full` (policy, default 3) full snapshots of a
  * sandbox, always `keep` and the one its pending restore needs; delete the
  * older ones. */
-void hutch_snapshots_retire_suspends(struct hutch_ctx *ctx, const char *sb_id, const char *keep);
+void hutch_snapshots_retire_full(struct hutch_ctx *ctx, const char *sb_id, const char *keep);
 
 /* lifecycle/templates.c */
 int hutch_lc_templates_init(struct hutch_ctx *ctx, hutch_err *err);

@@ -171,35 +171,22 @@ static int open_btrfs(struct hutch_pool *p, const char *data_dir, const struct h
   return 0;
 }
 
-/* Remove what an interrupted build or import left: everything in staging/,
- * and templates/.build-* (staged beside their final place). */
-static int clear_area(const struct hutch_pool *p, const char *area, const char *prefix, hutch_err *err) {
+/* Remove what an interrupted build, import or checkpoint left in `area`:
+ * every entry whose name starts with `prefix` and ends with `suffix` (NULL:
+ * any): all of staging, templates/.build-…, checkpoints/….tmp. */
+static int clear_area(const struct hutch_pool *p, const char *area, const char *prefix, const char *suffix,
+                      hutch_err *err) {
   cleanup_free char *dir = hutch_pool_path(p, area, NULL);
   DIR *d = opendir(dir);
   if (!d) return hutch_err_sys(err, errno, "open `%s`", dir);
   struct dirent *e;
   int rc = 0;
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    if (prefix && strncmp(e->d_name, prefix, strlen(prefix))) continue;
-    cleanup_free char *path = xasprintf("%s/%s", dir, e->d_name);
-    if (hutch_pool_volume_remove(p, path, err) < 0) rc = -1;
-  }
-  closedir(d);
-  return rc;
-}
-
-/* checkpoints/<snap>.tmp: a memory image whose snapshot never became ready. */
-static int clear_area_suffix(const struct hutch_pool *p, const char *area, const char *suffix, hutch_err *err) {
-  cleanup_free char *dir = hutch_pool_path(p, area, NULL);
-  DIR *d = opendir(dir);
-  if (!d) return hutch_err_sys(err, errno, "open `%s`", dir);
-  struct dirent *e;
-  int rc = 0;
-  size_t sl = strlen(suffix);
+  size_t sl = suffix ? strlen(suffix) : 0;
   while ((e = readdir(d))) {
     size_t n = strlen(e->d_name);
-    if (n <= sl || strcmp(e->d_name + n - sl, suffix)) continue;
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (prefix && strncmp(e->d_name, prefix, strlen(prefix))) continue;
+    if (suffix && (n <= sl || strcmp(e->d_name + n - sl, suffix))) continue;
     cleanup_free char *path = xasprintf("%s/%s", dir, e->d_name);
     if (hutch_pool_volume_remove(p, path, err) < 0) rc = -1;
   }
@@ -248,8 +235,8 @@ int hutch_pool_open(struct hutch_pool *p, const char *data_dir, const struct hut
     cleanup_free char *d = hutch_pool_path(p, areas[i], NULL);
     if (mkdir(d, 0700) < 0 && errno != EEXIST) return hutch_err_sys(err, errno, "mkdir `%s`", d);
   }
-  if (clear_area(p, "staging", NULL, err) < 0 || clear_area(p, "templates", ".build-", err) < 0 ||
-      clear_area_suffix(p, "checkpoints", ".tmp", err) < 0)
+  if (clear_area(p, "staging", NULL, NULL, err) < 0 || clear_area(p, "templates", ".build-", NULL, err) < 0 ||
+      clear_area(p, "checkpoints", NULL, ".tmp", err) < 0)
     return hutch_err_wrap(err, "clear the pool's staging area");
   hutch_log(LOG_INFO, "pool.ready", "path", p->root, "backend", hutch_pool_kind_name(p), "image",
             p->image ? p->image : "-", "quotas", !p->quotas ? "off" : p->quota_simple ? "simple" : "full", NULL);

@@ -470,8 +470,10 @@ int hutch_rootfs_create(const struct hutch_pool *p, const char *template_name, c
       return -1;
     }
     cleanup_free char *etc = xasprintf("%s/etc", upper);
-    if (mkdir(etc, 0755) == 0 && chown(etc, HUTCH_STORAGE_UID_BASE, HUTCH_STORAGE_UID_BASE) < 0) {}
-    if (chown(upper, HUTCH_STORAGE_UID_BASE, HUTCH_STORAGE_UID_BASE) < 0 ||
+    /* A fresh upper layer gets /etc (for hostname and hosts); one copied
+     * from a snapshot has whatever the sandbox left there. */
+    if (mkdir(etc, 0755) == 0 && chown(etc, HUTCH_STORAGE_UID_BASE, HUTCH_STORAGE_UID_BASE) < 0) rc = -1;
+    if (rc < 0 || chown(upper, HUTCH_STORAGE_UID_BASE, HUTCH_STORAGE_UID_BASE) < 0 ||
         chown(work, HUTCH_STORAGE_UID_BASE, HUTCH_STORAGE_UID_BASE) < 0) {
       hutch_err_sys(err, errno, "chown `%s`", root);
       hutch_err e2 = HUTCH_ERR_INIT;
