@@ -729,3 +729,52 @@ def test_overlay_backend_has_the_same_api(start_hutchd):
         assert c.exec_ok(k["id"], cmd="cat /root/f")["stdout"] == "v1\n"
     r = c.raw("GET", "/v1/snapshots/%s/export" % snap["id"])
     assert r.status == 501, r
+
+
+def test_symlinks_planted_in_a_snapshot_cannot_make_hutchd_write_the_host(hutchd, api, make_sandbox, tmp_path):
+    """docs/storage.md: hutchd writes into a root made from a snapshot (its
+    /etc/hostname and /etc/hosts, a template's stamp) only with in-root
+    resolution, because that root is the sandbox's own work."""
+    sentinel = tmp_path / "host-dir"
+    sentinel.mkdir()
+    sb = make_sandbox(template="busybox")
+    out(api, sb["id"], "rm -rf /etc && ln -s %s /etc && ln -s %s/stamp /.hutch-template.new && "
+                       "mv /.hutch-template.new /.hutch-template; echo ok" % (sentinel, sentinel))
+    snap = snap_of(api, sb["id"])
+    # Positive control: the naive host path of the snapshot's /etc leads to
+    # the host directory.
+    snap_etc = os.path.join(pool_dir(hutchd, "snapshots"), snap["id"], "etc")
+    assert os.path.realpath(snap_etc) == str(sentinel)
+    kid = api.create(from_snapshot=snap["id"])
+    r = api.request("POST", "/v1/templates?wait=true", {"name": "planted", "source": "snapshot",
+                                                         "snapshot": snap["id"]}, timeout=120)
+    assert os.listdir(sentinel) == [], os.listdir(sentinel)
+    if kid.status in (200, 201):
+        api.delete(kid.json["id"])
+    if r.status == 201:
+        api.request("DELETE", "/v1/templates/planted")
+
+
+def test_a_pool_keeps_the_backend_it_was_made_with(start_hutchd):
+    d = start_hutchd()
+    assert d.client().request("GET", "/v1/storage").json["backend"] == "btrfs"
+    d.stop()
+    d.args = ["--storage", "overlay"]
+    d.start()
+    assert d.client().request("GET", "/v1/storage").json["backend"] == "btrfs"
+
+
+def test_a_failed_rebuild_keeps_the_previous_build(api, tmp_path):
+    r = api.request("POST", "/v1/templates?wait=true", {"name": "keepme", "source": "busybox"}, timeout=120)
+    assert r.status == 201, r
+    junk = tmp_path / "junk.tar"
+    junk.write_bytes(b"not a tar" * 200)
+    r = api.request("POST", "/v1/templates?wait=true", {"name": "keepme", "source": "oci", "path": str(junk)},
+                    timeout=120)
+    assert r.status == 400, r
+    t = api.request("GET", "/v1/templates/keepme").json
+    assert t["state"] == "ready" and "previous build is kept" in t["error"], t
+    sb = api.create_ok(template="keepme")
+    assert out(api, sb["id"], "echo still") == "still\n"  # the busybox build
+    api.delete_ok(sb["id"])
+    assert api.request("DELETE", "/v1/templates/keepme").status == 204
